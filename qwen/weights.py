@@ -1,13 +1,14 @@
 """Find the checkpoint, read its config, and load its tensors by name into our modules."""
+# --8<-- [start:imports]
 import json
 import os
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
+# --8<-- [end:imports]
 
 
 # --8<-- [start:config]

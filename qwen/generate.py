@@ -1,0 +1,93 @@
+"""Generation: read the prompt once into a cache, then pick one token at a time and feed it back."""
+import torch
+
+from qwen.cache import Cache
+
+STOP_IDS = (248046, 248044)     # <|im_end|> ends a chat turn, <|endoftext|> ends a document
+
+
+# --8<-- [start:penalize]
+def penalize(logits, seen, generated, repetition_penalty=1.0, presence_penalty=0.0):
+    """Discourage repeats: divide the positive logits (multiply the negative ones) of every seen token by
+    repetition_penalty (prompt included, as in transformers); subtract presence_penalty from every generated one."""
+    logits = logits.clone()
+    if repetition_penalty != 1.0 and seen:
+        idx = torch.tensor(sorted(set(seen)), device=logits.device)
+        s = logits[idx]
+        logits[idx] = torch.where(s > 0, s / repetition_penalty, s * repetition_penalty)
+    if presence_penalty != 0.0 and generated:
+        idx = torch.tensor(sorted(set(generated)), device=logits.device)
+        logits[idx] -= presence_penalty                 # once per token, however often it appeared
+    return logits
+# --8<-- [end:penalize]
+
+
+# --8<-- [start:sample]
+def truncate(logits, top_k=0, top_p=1.0):
+    """Set to -inf all but the top_k likeliest tokens (0: keep all), then all but the fewest likeliest whose
+    probabilities add up to top_p (the token that crosses top_p stays)."""
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        probs, order = torch.sort(torch.softmax(logits, dim=-1), descending=True)
+        before = probs.cumsum(0) - probs                # the mass of the likelier tokens
+        logits = logits.clone()
+        logits[order[before >= top_p]] = float("-inf")
+    return logits
+
+
+def sample(logits, temperature=0.0, top_k=0, top_p=1.0, generator=None):
+    """One token id from logits [vocab]: the argmax at temperature 0, else a draw from the truncated softmax."""
+    if temperature == 0:
+        return int(logits.argmax())
+    logits = logits.float().cpu() / temperature        # drawn on the CPU: a seed gives the same draws on any device
+    probs = torch.softmax(truncate(logits, top_k, top_p), dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+# --8<-- [end:sample]
+
+
+# --8<-- [start:generate]
+@torch.no_grad()
+def generate(model, ids, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, presence_penalty=0.0,
+             repetition_penalty=1.0, stop_ids=STOP_IDS, seed=None):
+    """Yield up to max_new_tokens new token ids after the prompt `ids`; a stop id ends it and is not yielded."""
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    device = model.embed_tokens.weight.device
+    cache = Cache(model.cfg)
+    seen, generated = list(ids), []
+    x = torch.tensor([seen], device=device)             # [1, T]: the whole prompt in one call (prefill)
+    for _ in range(max_new_tokens):
+        logits = model(x, cache=cache)[0, -1]           # the next token's scores; the cache now holds x
+        logits = penalize(logits, seen, generated, repetition_penalty, presence_penalty)
+        token = sample(logits, temperature, top_k, top_p, generator)
+        if token in stop_ids:
+            return
+        yield token
+        seen.append(token)
+        generated.append(token)
+        x = torch.tensor([[token]], device=device)      # [1, 1]: from now on, one token per call (decode)
+# --8<-- [end:generate]
+
+
+# --8<-- [start:stream]
+class TextStream:
+    """Token ids in, text out as soon as it is whole: a character whose bytes span two tokens waits for both."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.pending = tokenizer, []
+
+    def push(self, token):
+        """The new text that `token` completes ("" while a character is still cut in two)."""
+        self.pending.append(token)
+        text = self.tokenizer.decode(self.pending)
+        if text.endswith("\ufffd"):                     # U+FFFD: the bytes so far end inside a character
+            return ""
+        self.pending = []
+        return text
+
+    def flush(self):
+        """Whatever is held back, at the end (bytes that never became a character print as U+FFFD)."""
+        text, self.pending = self.tokenizer.decode(self.pending), []
+        return text
+# --8<-- [end:stream]

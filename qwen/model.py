@@ -1,0 +1,63 @@
+"""The whole model: embedding, 24 decoder layers (3 DeltaNet, 1 attention, repeated), final norm, tied output layer."""
+import torch
+import torch.nn as nn
+
+from qwen.attention import Attention
+from qwen.deltanet import GatedDeltaNet
+from qwen.embedding import Embedding, LMHead
+from qwen.mlp import MLP
+from qwen.norm import RMSNorm
+from qwen.rope import RotaryEmbedding
+from qwen.weights import Config, load, load_weights
+
+
+class DecoderLayer(nn.Module):
+    """x + mixer(norm(x)), then x + mlp(norm(x)); the mixer is Gated DeltaNet or gated attention."""
+
+    def __init__(self, cfg, layer_type):
+        super().__init__()
+        self.layer_type = layer_type
+        if layer_type == "linear_attention":
+            self.linear_attn = GatedDeltaNet(cfg)
+        else:
+            self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache=None):
+        h = self.input_layernorm(x)
+        if self.layer_type == "linear_attention":
+            x = x + self.linear_attn(h, cache)                      # DeltaNet needs no positions
+        else:
+            x = x + self.self_attn(h, cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Qwen(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, t) for t in cfg.layer_types)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
+        self.lm_head = LMHead(self.embed_tokens.weight)             # tied: the same Parameter, stored once
+
+    def forward(self, ids, cache=None):
+        """Logits [B, T, vocab] for token ids [B, T]; with a cache, continue after the tokens it has seen."""
+        past = 0 if cache is None else cache.seq_len
+        cos, sin = self.rotary_emb(torch.arange(past, past + ids.shape[1], device=ids.device))
+        x = self.embed_tokens(ids)                                  # [B, T, dim]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, None if cache is None else cache.layers[i])
+        if cache is not None:
+            cache.seq_len += ids.shape[1]
+        return self.lm_head(self.norm(x))                           # [B, T, vocab]
+
+
+def from_pretrained(path, dtype=torch.float32, device="cpu"):
+    """The model of the checkpoint folder `path`, with its weights, ready for inference."""
+    model = Qwen(Config.load(path))
+    load(model, load_weights(path, dtype))
+    return model.requires_grad_(False).to(device)
