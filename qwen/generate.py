@@ -23,27 +23,27 @@ def penalize(logits, seen, generated, repetition_penalty=1.0, presence_penalty=0
 
 
 # --8<-- [start:sample]
-def truncate(logits, top_k=0, top_p=1.0):
-    """Set to -inf all but the top_k likeliest tokens (0: keep all), then all but the fewest likeliest whose
-    probabilities add up to top_p (the token that crosses top_p stays)."""
+def candidates(logits, top_k=0, top_p=1.0):
+    """The tokens a draw may pick, likeliest first, with their probabilities: the top_k likeliest (0: all),
+    then the fewest of those whose probabilities add up to top_p (the token that crosses top_p stays)."""
     if top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits, ids = torch.topk(logits, min(top_k, logits.numel()))    # sorted, likeliest first
+    else:
+        logits, ids = torch.sort(logits, descending=True)
+    probs = torch.softmax(logits, dim=-1)
     if top_p < 1.0:
-        probs, order = torch.sort(torch.softmax(logits, dim=-1), descending=True)
-        before = probs.cumsum(0) - probs                # the mass of the likelier tokens
-        logits = logits.clone()
-        logits[order[before >= top_p]] = float("-inf")
-    return logits
+        keep = probs.cumsum(0) - probs < top_p          # the likelier tokens still fall short of top_p
+        probs, ids = probs[keep] / probs[keep].sum(), ids[keep]
+    return probs, ids
 
 
 def sample(logits, temperature=0.0, top_k=0, top_p=1.0, generator=None):
-    """One token id from logits [vocab]: the argmax at temperature 0, else a draw from the truncated softmax."""
+    """One token id from logits [vocab]: the argmax at temperature 0, else a draw among the candidates."""
     if temperature == 0:
         return int(logits.argmax())
     logits = logits.float().cpu() / temperature        # drawn on the CPU: a seed gives the same draws on any device
-    probs = torch.softmax(truncate(logits, top_k, top_p), dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    probs, ids = candidates(logits, top_k, top_p)
+    return int(ids[torch.multinomial(probs, 1, generator=generator)])
 # --8<-- [end:sample]
 
 

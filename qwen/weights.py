@@ -43,8 +43,8 @@ class Config:
         text.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
         text.setdefault("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
         text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", False))
-        if "layer_types" not in text:                         # older configs: every 4th layer is full attention
-            n = text["full_attention_interval"]
+        if "layer_types" not in text and "num_hidden_layers" in text:   # older configs: every n-th layer is full
+            n = text.get("full_attention_interval", 4)
             text["layer_types"] = ["full_attention" if (i + 1) % n == 0 else "linear_attention"
                                    for i in range(text["num_hidden_layers"])]
         names = set(cls.__dataclass_fields__) - {"extra"}

@@ -17,3 +17,10 @@ def tokenizer_json(tmp_path_factory):
 def tokenizer(tokenizer_json):
     from tokenizers import Tokenizer
     return Tokenizer.from_file(str(tokenizer_json))
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """The tiny test model's folder (built once, cached under .cache/)."""
+    from book.tiny import path
+    return path()

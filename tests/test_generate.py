@@ -7,7 +7,7 @@ import torch
 from transformers.generation.logits_process import (RepetitionPenaltyLogitsProcessor, TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
-from qwen.generate import TextStream, generate, penalize, sample, truncate
+from qwen.generate import TextStream, candidates, generate, penalize, sample
 from reference import our_model, reference_model
 
 PROMPTS = [[1, 2, 3], [7] * 9, list(range(100, 140))]
@@ -59,9 +59,10 @@ def test_truncation_keeps_the_same_tokens_as_transformers(top_k, top_p):
         theirs = TopKLogitsWarper(top_k)(None, theirs)
     if top_p < 1:
         theirs = TopPLogitsWarper(top_p)(None, theirs)
-    ours = truncate(logits, top_k, top_p)
-    assert torch.equal(ours.isfinite(), theirs[0].isfinite())
-    assert torch.equal(ours[ours.isfinite()], logits[ours.isfinite()])      # the kept logits are untouched
+    probs, ids = candidates(logits, top_k, top_p)
+    assert sorted(ids.tolist()) == theirs[0].isfinite().nonzero()[:, 0].tolist()
+    assert torch.allclose(probs, torch.softmax(theirs[0], 0)[ids])          # renormalised over the kept tokens
+    assert (probs[:-1] >= probs[1:]).all()                                  # likeliest first
 
 
 def test_draws_follow_the_softmax_of_logits_over_temperature():
