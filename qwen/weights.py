@@ -57,6 +57,24 @@ class Config:
 # --8<-- [end:config]
 
 
+# --8<-- [start:budget]
+def parameter_budget(cfg):
+    """Parameters per part of the model, from the config alone: each tensor's shape multiplied out."""
+    d, f, n_layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    keys = cfg.linear_num_key_heads * cfg.linear_key_head_dim
+    values, heads = cfg.linear_num_value_heads * cfg.linear_value_head_dim, cfg.linear_num_value_heads
+    attention = d * 2 * q + 2 * d * kv + q * d + 2 * cfg.head_dim     # q_proj (query + gate), k/v, o_proj, q/k norms
+    deltanet = (d * (2 * keys + values) + d * values + 2 * d * heads    # in_proj_qkv, in_proj_z, in_proj_b/a
+                + (2 * keys + values) * cfg.linear_conv_kernel_dim      # depthwise conv1d
+                + 2 * heads + cfg.linear_value_head_dim + values * d)   # A_log, dt_bias, gated norm, out_proj
+    n_full = cfg.layer_types.count("full_attention")
+    return {"embedding": cfg.vocab_size * d, "DeltaNet mixers": (n_layers - n_full) * deltanet,
+            "attention mixers": n_full * attention, "MLPs": n_layers * 3 * d * f,
+            "layer norms": n_layers * 2 * d, "final norm": d}
+# --8<-- [end:budget]
+
+
 # --8<-- [start:find_model]
 def find_model(repo_id=REPO_ID):
     """The folder that holds the official checkpoint; raise with the download commands when there is none."""

@@ -1,9 +1,10 @@
 """Chapter 1: open the checkpoint, read its config, and count what is inside."""
 import json
 from collections import Counter
+from pathlib import Path
 
 from book.out import record, save_figure
-from qwen.weights import Config, find_model, load_weights
+from qwen.weights import Config, find_model, load_weights, parameter_budget
 
 path = find_model()
 cfg = Config.load(path)
@@ -16,46 +17,55 @@ print(f"attention: {cfg.num_attention_heads} query heads, {cfg.num_key_value_hea
       f"RoPE theta {cfg.rope_theta:g} on {cfg.partial_rotary_factor:.0%} of each head")
 
 every = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]   # all names in the file
-kinds = Counter(n.split(".")[0] if not n.startswith("model.") else ".".join(n.split(".")[:2]) for n in every)
+kinds = Counter(".".join(n.split(".")[:2]) if n.startswith("model.") else n.split(".")[0] for n in every)
 print(f"the file holds {len(every)} tensors: " + ", ".join(f"{k}.* {v}" for k, v in sorted(kinds.items())))
 print(f"we keep the {len(W)} of the text model, stored as {W['embed_tokens.weight'].dtype}")
-
 for name in ("embed_tokens.weight", "layers.0.linear_attn.in_proj_qkv.weight", "layers.3.self_attn.q_proj.weight",
              "layers.3.mlp.down_proj.weight", "norm.weight"):
     print(f"  {name:42} {str(tuple(W[name].shape)):>14}")
 
 
-def block(name):
+def part(name):
     """Which part of the model a tensor belongs to."""
     if not name.startswith("layers."):
         return "embedding" if name.startswith("embed") else "final norm"
-    part = name.split(".")[2]
-    return {"linear_attn": "DeltaNet mixers", "self_attn": "attention mixers", "mlp": "MLPs"}.get(part, "layer norms")
+    return {"linear_attn": "DeltaNet mixers", "self_attn": "attention mixers", "mlp": "MLPs"}.get(
+        name.split(".")[2], "layer norms")
 
 
-budget = Counter()
+counted = Counter()
 for name, t in W.items():
-    budget[block(name)] += t.numel()
-total = sum(budget.values())
-print(f"parameters: {total:,} (the output layer reuses the embedding, so it adds none)")
-for part, n in budget.most_common():
-    print(f"  {part:18} {n:>13,}  {n / total:6.1%}")
-record(total_params=f"{total:,}", embedding_share=f"{budget['embedding'] / total:.0%}",
-       n_text_tensors=len(W), n_file_tensors=len(every))
+    counted[part(name)] += t.numel()
+total = sum(counted.values())
+print(f"parameters: {total:,} (the output layer reuses the embedding table, so it adds none)")
+for p, n in counted.most_common():
+    print(f"  {p:18} {n:>13,}  {n / total:6.1%}")
+print("counted from the tensors == computed from the config:", dict(counted) == parameter_budget(cfg))
+
+official = parameter_budget(Config.load(Path("book/data/qwen3.5-0.8b")))   # the official config.json, no weights
+print(f"Qwen3.5-0.8B from its config.json: {sum(official.values()):,} parameters, "
+      f"embedding {official['embedding']:,} ({official['embedding'] / sum(official.values()):.0%})")
+record(total_params=f"{total:,}", embedding_share=f"{counted['embedding'] / total:.0%}",
+       n_text_tensors=len(W), n_file_tensors=len(every), official_total=f"{sum(official.values()):,}",
+       official_embedding=f"{official['embedding']:,}")
 
 
 def draw(t):
     import matplotlib.pyplot as plt
-    labels = {"embedding": t("嵌入表", "embedding"), "DeltaNet mixers": t("DeltaNet 混合层", "DeltaNet mixers"),
-              "attention mixers": t("注意力混合层", "attention mixers"), "MLPs": t("MLP", "MLPs"),
+    labels = {"embedding": t("嵌入表（与输出层共用）", "embedding (shared with the output layer)"),
+              "DeltaNet mixers": t("18 个 DeltaNet 混合层", "18 DeltaNet mixers"),
+              "attention mixers": t("6 个注意力混合层", "6 attention mixers"), "MLPs": t("24 个 MLP", "24 MLPs"),
               "layer norms": t("层内 RMSNorm", "layer norms"), "final norm": t("最后的 RMSNorm", "final norm")}
-    parts = budget.most_common()
-    fig, ax = plt.subplots(figsize=(7, 2.8))
-    ax.barh([labels[p] for p, _ in parts][::-1], [n / 1e6 for _, n in parts][::-1], color="#3f51b5")
-    for i, (_, n) in enumerate(parts[::-1]):
-        ax.text(n / 1e6, i, f" {n / total:.1%}", va="center", fontsize=9)
+    parts = sorted(official.items(), key=lambda kv: kv[1])
+    total = sum(official.values())
+    fig, ax = plt.subplots(figsize=(7.5, 2.8))
+    ax.barh([labels[p] for p, _ in parts], [n / 1e6 for _, n in parts], color="#3f51b5")
+    for i, (_, n) in enumerate(parts):
+        ax.text(n / 1e6, i, f" {n / 1e6:.1f}M  {n / total:.1%}", va="center", fontsize=9)
     ax.set_xlabel(t("参数量（百万）", "parameters (millions)"))
-    ax.set_title(t("参数都花在哪里", "Where the parameters are"))
+    ax.set_xlim(0, max(official.values()) / 1e6 * 1.3)
+    ax.set_title(t(f"Qwen3.5-0.8B 的 {total / 1e6:.0f}M 参数花在哪里（由 config.json 算出）",
+                   f"Where the {total / 1e6:.0f}M parameters of Qwen3.5-0.8B go (computed from config.json)"))
     ax.spines[["top", "right"]].set_visible(False)
     return fig
 

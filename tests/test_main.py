@@ -83,7 +83,7 @@ def test_ctrl_c_stops_the_answer_not_the_program():
 def test_bad_input_is_one_clear_message(main, capsys, args, message):
     assert main([*args, "--tiny"]) == 1
     err = capsys.readouterr().err
-    assert message in err and err.startswith("error: ")
+    assert message in err and "\nerror: " in "\n" + err
 
 
 def test_unknown_device_is_refused(main, capsys):

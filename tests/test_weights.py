@@ -10,7 +10,7 @@ import torch.nn as nn
 from qwen.embedding import Embedding
 from qwen.weights import Config, ModelNotFound, find_model, load, load_weights
 
-OFFICIAL_CONFIG = Path(__file__).parent / "data" / "qwen3_5_0.8b_config.json"   # the real file, 2907 bytes
+OFFICIAL_CONFIG = Path(__file__).parent.parent / "book" / "data" / "qwen3.5-0.8b" / "config.json"  # the real file
 
 
 def test_config_reads_the_official_text_config(tmp_path):
@@ -167,3 +167,22 @@ def test_load_fills_a_tied_parameter_once():
             self.head.weight = self.embed.weight            # the same Parameter under two names
     m = load(Tied(), {"embed.weight": torch.arange(40.0).view(10, 4)})
     assert m.head.weight is m.embed.weight and m.head.weight[9, 3] == 39
+
+
+def test_parameter_budget_matches_the_tensors_and_transformers(tiny_model):
+    from collections import Counter
+    from qwen.weights import parameter_budget
+
+    cfg = Config.load(tiny_model)
+    counted = Counter()
+    for name, t in load_weights(tiny_model).items():
+        part = ("embedding" if name.startswith("embed") else "final norm") if not name.startswith("layers.") else \
+            {"linear_attn": "DeltaNet mixers", "self_attn": "attention mixers", "mlp": "MLPs"}.get(name.split(".")[2], "layer norms")
+        counted[part] += t.numel()
+    assert dict(counted) == parameter_budget(cfg)
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.AutoConfig.from_pretrained(OFFICIAL_CONFIG.parent)
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    official = parameter_budget(Config.load(OFFICIAL_CONFIG.parent))
+    assert sum(official.values()) == sum(p.numel() for p in hf.parameters()) == 752_393_024
