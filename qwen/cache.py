@@ -29,7 +29,8 @@ class Cache:
 
     def __init__(self, cfg, batch=1):
         self.seq_len = 0
-        conv_dim = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + cfg.linear_num_value_heads * cfg.linear_value_head_dim
+        conv_dim = (2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim         # q | k | v channels
+                    + cfg.linear_num_value_heads * cfg.linear_value_head_dim)
         self.layers = [
             KVCache(batch, cfg.num_key_value_heads, cfg.head_dim) if t == "full_attention" else
             DeltaNetCache(batch, conv_dim, cfg.linear_conv_kernel_dim, cfg.linear_num_value_heads,

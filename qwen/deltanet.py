@@ -62,6 +62,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64):
 
 
 class GatedDeltaNet(nn.Module):
+    """Project, short causal conv, the gated delta rule per head, gated norm, project back."""
+
     def __init__(self, cfg):
         super().__init__()
         self.n_k_head, self.n_v_head = cfg.linear_num_key_heads, cfg.linear_num_value_heads
@@ -74,8 +76,8 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_b = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)        # write strength beta
         self.in_proj_a = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)        # decay input
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.conv_kernel, groups=self.conv_dim, bias=False)
-        self.A_log = nn.Parameter(torch.empty(self.n_v_head))
-        self.dt_bias = nn.Parameter(torch.empty(self.n_v_head))
+        self.A_log = nn.Parameter(torch.empty(self.n_v_head))      # per head decay rate, log(A)
+        self.dt_bias = nn.Parameter(torch.empty(self.n_v_head))    # per head shift of the decay input
         self.norm = RMSNormGated(self.v_dim, cfg.rms_norm_eps)
         self.out_proj = nn.Linear(value_dim, cfg.hidden_size, bias=False)
 
@@ -85,7 +87,7 @@ class GatedDeltaNet(nn.Module):
         past = qkv.new_zeros(B, self.conv_dim, self.conv_kernel - 1) if cache is None else cache.conv.to(qkv)
         qkv = torch.cat([past, qkv], dim=-1)                        # [B, conv_dim, K - 1 + T]
         if cache is not None:
-            cache.conv = qkv[..., qkv.shape[-1] - (self.conv_kernel - 1):]   # the last K - 1 inputs
+            cache.conv = qkv[..., qkv.shape[-1] - (self.conv_kernel - 1):].clone()   # the last K - 1 inputs
         qkv = F.silu(self.conv1d(qkv)).transpose(1, 2)              # causal depthwise conv: [B, T, conv_dim]
         q, k, v = qkv.split([self.n_k_head * self.k_dim] * 2 + [self.n_v_head * self.v_dim], dim=-1)
         q = q.reshape(B, T, self.n_k_head, self.k_dim).float()

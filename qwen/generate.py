@@ -1,9 +1,11 @@
 """Generation: read the prompt once into a cache, then pick one token at a time and feed it back."""
+# --8<-- [start:imports]
 import torch
 
 from qwen.cache import Cache
 
 STOP_IDS = (248046, 248044)     # <|im_end|> ends a chat turn, <|endoftext|> ends a document
+# --8<-- [end:imports]
 
 
 # --8<-- [start:penalize]

@@ -35,6 +35,8 @@ class DecoderLayer(nn.Module):
 
 
 class Qwen(nn.Module):
+    """Token ids in, next-token logits out."""
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -44,6 +46,7 @@ class Qwen(nn.Module):
         self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
         self.lm_head = LMHead(self.embed_tokens.weight)             # tied: the same Parameter, stored once
 
+    # --8<-- [start:model_forward]
     def forward(self, ids, cache=None):
         """Logits [B, T, vocab] for token ids [B, T]; with a cache, continue after the tokens it has seen."""
         past = 0 if cache is None else cache.seq_len
@@ -54,6 +57,7 @@ class Qwen(nn.Module):
         if cache is not None:
             cache.seq_len += ids.shape[1]
         return self.lm_head(self.norm(x))                           # [B, T, vocab]
+    # --8<-- [end:model_forward]
 
 
 def from_pretrained(path, dtype=torch.float32, device="cpu"):

@@ -10,7 +10,7 @@ class RMSNorm(nn.Module):
     def __init__(self, dim, eps=1e-6):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.empty(dim))                # an offset from 1: a zero weight is the identity scale
+        self.weight = nn.Parameter(torch.empty(dim))                # an offset: w = 0 means scale 1
 
     def forward(self, x):
         x32 = x.float()

@@ -70,7 +70,7 @@ print(f"\n7. the embedding has {rows:,} rows, the tokenizer {ids_used:,} ids: ro
 
 lengths = Counter(len(b) for b in vocab)
 record(n_pieces=len(pieces), n_tokens_example=len(tok.encode(text).ids), cjk_tokens=f"{sum(cjk.values()):,}",
-       cjk_two_char=f"{cjk[2]:,}", merges_vocab=f"{len(vocab):,}", padding_rows=rows - ids_used,
+       cjk_two_char=f"{cjk[2]:,}", vocab_tokens=f"{len(vocab):,}", padding_rows=rows - ids_used,
        longest_token_bytes=max(lengths))
 
 

@@ -43,12 +43,13 @@ print(f"\ncache after {t0} prompt tokens and after {t1}: KV {first['kv']:,} -> {
       f"DeltaNet {first['deltanet']:,} -> {dn:,} bytes")
 print(f"KV cache: {kv_per_token:,.0f} bytes per token ({n_attn} attention layers, keys and values, fp32)")
 print(f"DeltaNet states: {dn:,} bytes at any length ({len(model.cfg.layer_types) - n_attn} layers)")
-print(f"the KV cache outgrows the DeltaNet states after {dn / kv_per_token:,.0f} tokens; at "
-      f"{model.cfg.max_position_embeddings:,} tokens it holds {kv_per_token * model.cfg.max_position_embeddings / 2**30:.1f} GiB")
+longest = model.cfg.max_position_embeddings
+print(f"the KV cache outgrows the DeltaNet states after {dn / kv_per_token:,.0f} tokens; "
+      f"at {longest:,} tokens it holds {kv_per_token * longest / 2**30:.1f} GiB")
 all_attn = kv_per_token * len(model.cfg.layer_types) / n_attn
 print(f"were all {len(model.cfg.layer_types)} layers attention: {all_attn:,.0f} bytes per token")
-record(kv_bytes_per_token=f"{kv_per_token:,.0f}", deltanet_bytes=f"{dn:,}", crossover_tokens=f"{dn / kv_per_token:,.0f}",
-       kv_gib_at_max=f"{kv_per_token * model.cfg.max_position_embeddings / 2**30:.1f}")
+record(kv_bytes_per_token=f"{kv_per_token:,.0f}", deltanet_bytes=f"{dn:,}",
+       crossover_tokens=f"{dn / kv_per_token:,.0f}", kv_gib_at_max=f"{kv_per_token * longest / 2**30:.1f}")
 
 
 def draw(t):

@@ -60,7 +60,7 @@ def load_model(args):
         from book.tiny import path as tiny_path
         folder = tiny_path()
     elif args.model:
-        folder = args.model
+        folder = args.model.expanduser()
         if not (folder / "config.json").is_file():
             raise Abort(f"--model {folder}: no config.json there; give the folder that holds the checkpoint.")
     else:
@@ -78,6 +78,7 @@ def load_model(args):
     return model, Tokenizer.from_file(str(folder / "tokenizer.json")), folder, tiny
 
 
+# --8<-- [start:reply]
 def reply(model, tok, prompt, args, context):
     """Stream the answer to `prompt` to stdout; return (text, stats line). Ctrl-C ends the answer early."""
     ids = tok.encode(prompt).ids
@@ -112,8 +113,10 @@ def reply(model, tok, prompt, args, context):
     if n > 1:
         stats += f" | decode {n - 1} tokens, {(n - 1) / max(t2 - t1, 1e-9):.1f} tok/s"
     return text, stats + "]"
+# --8<-- [end:reply]
 
 
+# --8<-- [start:chat_loop]
 def chat_loop(model, tok, args, context):
     chat = Chat(system=args.system, thinking=args.think)
     try:
@@ -152,6 +155,7 @@ def chat_loop(model, tok, args, context):
             continue
         chat.answer(text)
         print(stats, file=sys.stderr)
+# --8<-- [end:chat_loop]
 
 
 def main(argv=None):

