@@ -158,8 +158,8 @@ def check_pull_together(pull_together):
     after = embedding.weight.detach()
     d_before = (before[0] - before[1]).pow(2).sum().item()
     d_after = (after[0] - after[1]).pow(2).sum().item()
-    print(t(f"token 0 和 1 的距离²：训练前 {d_before:.4f}，训练后 {d_after:.2g}",
-            f"squared distance of tokens 0 and 1: before {d_before:.4f}, after {d_after:.2g}"))
+    print(t(f"token 0 和 1 的距离²：训练前 {d_before:.4f}，训练后 {d_after:.3g}",
+            f"squared distance of tokens 0 and 1: before {d_before:.4f}, after {d_after:.3g}"))
     problems = []
     if not d_after < 0.01 * d_before:
         problems.append(t("token 0 和 1 应该几乎重合（距离² 缩到训练前的 1% 以下）",

@@ -63,6 +63,7 @@ def write(nb, path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
         nbformat.write(nb, f)
+    os.chmod(f.name, 0o644)                     # a temporary file is private; the notebook is not
     os.replace(f.name, path)
 
 

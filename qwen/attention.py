@@ -1,4 +1,5 @@
 """Gated attention: causal softmax attention with grouped KV heads, q/k norms, partial RoPE and an output gate."""
+# --8<-- [start:init]
 import torch
 import torch.nn as nn
 
@@ -18,7 +19,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)      # per head, before RoPE
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+    # --8<-- [end:init]
 
+    # --8<-- [start:forward]
     def forward(self, x, cos, sin, cache=None):
         B, T, _ = x.shape
         nh, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
@@ -39,3 +42,4 @@ class Attention(nn.Module):
         att = torch.softmax(att.float(), dim=-1).to(q.dtype)
         y = (att @ v).transpose(1, 2).reshape(B, T, nh * hd)                # [B, T, nh * hd]
         return self.o_proj(y * torch.sigmoid(gate))                         # the gate can shut a channel to zero
+    # --8<-- [end:forward]

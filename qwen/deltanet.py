@@ -1,14 +1,18 @@
 """Gated DeltaNet: linear attention whose fixed-size state is decayed and corrected by the delta rule at every token."""
+# --8<-- [start:imports]
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from qwen.norm import RMSNormGated
+# --8<-- [end:imports]
 
 
+# --8<-- [start:l2norm]
 def l2norm(x, eps=1e-6):
     """x / |x| along the last dim."""
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+# --8<-- [end:l2norm]
 
 
 # --8<-- [start:recurrent]
@@ -61,6 +65,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64):
 # --8<-- [end:chunk]
 
 
+# --8<-- [start:layer]
 class GatedDeltaNet(nn.Module):
     """Project, short causal conv, the gated delta rule per head, gated norm, project back."""
 
@@ -109,3 +114,4 @@ class GatedDeltaNet(nn.Module):
         z = self.in_proj_z(x).view(B, T, self.n_v_head, self.v_dim)
         o = self.norm(o, z).reshape(B, T, -1)                       # [B, T, value_dim]
         return self.out_proj(o)
+# --8<-- [end:layer]

@@ -60,7 +60,7 @@ def generate(model, ids, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, pr
     seen, generated = list(ids), []
     x = torch.tensor([seen], device=device)             # [1, T]: the whole prompt in one call (prefill)
     for _ in range(max_new_tokens):
-        logits = model(x, cache=cache)[0, -1]           # the next token's scores; the cache now holds x
+        logits = model(x, cache=cache, last_only=True)[0, -1]   # next token's scores; the cache now holds x
         logits = penalize(logits, seen, generated, repetition_penalty, presence_penalty)
         token = sample(logits, temperature, top_k, top_p, generator)
         if token in stop_ids:

@@ -1,4 +1,5 @@
 """The whole model: embedding, 24 decoder layers (3 DeltaNet, 1 attention, repeated), final norm, tied output layer."""
+# --8<-- [start:imports]
 import torch
 import torch.nn as nn
 
@@ -9,8 +10,10 @@ from qwen.mlp import MLP
 from qwen.norm import RMSNorm
 from qwen.rope import RotaryEmbedding
 from qwen.weights import Config, load, load_weights
+# --8<-- [end:imports]
 
 
+# --8<-- [start:layer]
 class DecoderLayer(nn.Module):
     """x + mixer(norm(x)), then x + mlp(norm(x)); the mixer is Gated DeltaNet or gated attention."""
 
@@ -32,8 +35,10 @@ class DecoderLayer(nn.Module):
         else:
             x = x + self.self_attn(h, cos, sin, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
+# --8<-- [end:layer]
 
 
+# --8<-- [start:model]
 class Qwen(nn.Module):
     """Token ids in, next-token logits out."""
 
@@ -47,8 +52,9 @@ class Qwen(nn.Module):
         self.lm_head = LMHead(self.embed_tokens.weight)             # tied: the same Parameter, stored once
 
     # --8<-- [start:model_forward]
-    def forward(self, ids, cache=None):
-        """Logits [B, T, vocab] for token ids [B, T]; with a cache, continue after the tokens it has seen."""
+    def forward(self, ids, cache=None, last_only=False):
+        """Logits [B, T, vocab] for token ids [B, T]; with a cache, continue after the tokens it has seen.
+        last_only: score the last position only ([B, 1, vocab]), all that generation needs."""
         past = 0 if cache is None else cache.seq_len
         cos, sin = self.rotary_emb(torch.arange(past, past + ids.shape[1], device=ids.device))
         x = self.embed_tokens(ids)                                  # [B, T, dim]
@@ -56,12 +62,17 @@ class Qwen(nn.Module):
             x = layer(x, cos, sin, None if cache is None else cache.layers[i])
         if cache is not None:
             cache.seq_len += ids.shape[1]
+        if last_only:
+            x = x[:, -1:]                                           # the head is 1024 x 248,320: skip T - 1 rows
         return self.lm_head(self.norm(x))                           # [B, T, vocab]
     # --8<-- [end:model_forward]
+# --8<-- [end:model]
 
 
+# --8<-- [start:from_pretrained]
 def from_pretrained(path, dtype=torch.float32, device="cpu"):
     """The model of the checkpoint folder `path`, with its weights, ready for inference."""
     model = Qwen(Config.load(path))
     load(model, load_weights(path, dtype))
     return model.requires_grad_(False).to(device)
+# --8<-- [end:from_pretrained]

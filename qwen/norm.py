@@ -1,4 +1,5 @@
 """RMSNorm, twice: the zero-centred one scales by 1 + w, the gated one (DeltaNet's output) by w and a SiLU gate."""
+# --8<-- [start:rmsnorm]
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -16,8 +17,10 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)   # every vector now has rms 1
         return (x32 * (1 + self.weight.float())).type_as(x)
+# --8<-- [end:rmsnorm]
 
 
+# --8<-- [start:gated]
 class RMSNormGated(nn.Module):
     """w * x / rms(x) * silu(z): normalise first, then let the gate z decide how much passes."""
 
@@ -30,3 +33,4 @@ class RMSNormGated(nn.Module):
         x32 = x.float()
         x = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x)
         return (self.weight * x * F.silu(z.float())).type_as(x)
+# --8<-- [end:gated]

@@ -1,4 +1,5 @@
 """Rotary position embedding: turn pairs of query/key dims by an angle that grows with the position."""
+# --8<-- [start:rotary]
 import torch
 import torch.nn as nn
 
@@ -16,8 +17,10 @@ class RotaryEmbedding(nn.Module):
         angle = positions.float()[:, None] * self.inv_freq          # [T] -> [T, dim/2]
         angle = torch.cat([angle, angle], dim=-1)                   # rotate-half: dims i and i + dim/2 share an angle
         return angle.cos(), angle.sin()                             # [T, dim] each
+# --8<-- [end:rotary]
 
 
+# --8<-- [start:apply]
 def rotate_half(x):
     """[x1, x2] -> [-x2, x1]: a quarter turn of each (x1[i], x2[i]) pair."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -30,3 +33,4 @@ def apply_rope(x, cos, sin):
     x_rot, x_pass = x[..., :dim], x[..., dim:]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x_rot * cos + rotate_half(x_rot) * sin, x_pass], dim=-1)
+# --8<-- [end:apply]

@@ -42,9 +42,9 @@ def minilm():
     return lessons.load_minilm()[0]
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def english():
-    lessons.LANG = "en"
+    lessons.setup("en")
 
 
 # ------------------------------------------------------------------------------- each check can fail, and can pass
