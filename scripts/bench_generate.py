@@ -4,8 +4,8 @@
     python scripts/bench_generate.py --size 0.8b --dtype bf16 --prompt-tokens 128 --new-tokens 16
 
 --size 0.8b builds the real Qwen3.5-0.8B shapes with random weights (no download needed; speed does not depend on
-the values). Greedy decoding with a cache for both; transformers computes the prefill logits of the last position
-only (logits_to_keep=1, as its generate does), ours of every position. Timings vary between runs: not a test.
+the values). Greedy decoding with a cache for both; both compute the prefill logits of the last position only
+(transformers: logits_to_keep=1, as its generate does; ours: last_only=True). Timings vary between runs: not a test.
 """
 import argparse
 import json
@@ -82,7 +82,7 @@ def speed(step, ids, new_tokens):
 def ours_step(model):
     def step(x, cache):
         cache = cache or Cache(model.cfg)
-        return model(x, cache=cache)[:, -1:].argmax(-1), cache
+        return model(x, cache=cache, last_only=True)[:, -1:].argmax(-1), cache
     return step
 
 
