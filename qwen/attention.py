@@ -1,4 +1,5 @@
-"""Gated attention: causal softmax attention with grouped KV heads, q/k norms, partial RoPE and an output gate."""
+"""Gated attention: causal softmax attention with grouped KV heads, q/k norms, partial RoPE
+and an output gate."""
 # --8<-- [start:init]
 import torch
 import torch.nn as nn
@@ -12,8 +13,10 @@ class Attention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.n_head, self.n_kv_head, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim * 2, bias=False)   # query and gate
+        self.n_head, self.n_kv_head = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        # query and gate
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_head * self.head_dim * 2, bias=False)
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv_head * self.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv_head * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_head * self.head_dim, cfg.hidden_size, bias=False)
@@ -25,21 +28,25 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache=None):
         B, T, _ = x.shape
         nh, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
-        q, gate = self.q_proj(x).view(B, T, nh, 2 * hd).chunk(2, dim=-1)   # per head: [query | gate], hd each
+        # per head: [query | gate], hd each
+        q, gate = self.q_proj(x).view(B, T, nh, 2 * hd).chunk(2, dim=-1)
         gate = gate.reshape(B, T, nh * hd)
         q = self.q_norm(q).transpose(1, 2)                                  # [B, nh, T, hd]
         k = self.k_norm(self.k_proj(x).view(B, T, nkv, hd)).transpose(1, 2)  # [B, nkv, T, hd]
         v = self.v_proj(x).view(B, T, nkv, hd).transpose(1, 2)              # [B, nkv, T, hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
-            k, v = cache.update(k, v)                                       # [B, nkv, S, hd], S = past + T
-        k = k.repeat_interleave(nh // nkv, dim=1)                           # GQA: q head j reads kv head j // (nh/nkv)
+            k, v = cache.update(k, v)                                       # [B, nkv, S, hd]
+        # GQA: q head j reads kv head j // (nh/nkv)
+        k = k.repeat_interleave(nh // nkv, dim=1)
         v = v.repeat_interleave(nh // nkv, dim=1)                           # [B, nh, S, hd]
-        S = k.shape[2]
+        S = k.shape[2]                                                      # S = past + T
         att = (q @ k.transpose(-2, -1)) * hd**-0.5                          # [B, nh, T, S]
-        causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)   # query i sits at position S - T + i
+        # query i sits at position S - T + i
+        causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
         att = att.masked_fill(~causal, float("-inf"))
         att = torch.softmax(att.float(), dim=-1).to(q.dtype)
         y = (att @ v).transpose(1, 2).reshape(B, T, nh * hd)                # [B, T, nh * hd]
-        return self.o_proj(y * torch.sigmoid(gate))                         # the gate can shut a channel to zero
+        # the gate can shut a channel to zero
+        return self.o_proj(y * torch.sigmoid(gate))
     # --8<-- [end:forward]

@@ -1,4 +1,4 @@
-"""What the model keeps between calls: keys and values that grow per token, and DeltaNet states that do not."""
+"""What the model keeps between calls: growing keys and values, and fixed-size DeltaNet states."""
 import torch
 
 
@@ -17,11 +17,11 @@ class KVCache:
 
 
 class DeltaNetCache:
-    """The last K - 1 conv inputs and the fp32 recurrent state of one DeltaNet layer: the same size at any length."""
+    """One DeltaNet layer's last K - 1 conv inputs and fp32 state: the same size at any length."""
 
     def __init__(self, batch, conv_dim, conv_kernel, n_v_head, k_dim, v_dim):
-        self.conv = torch.zeros(batch, conv_dim, conv_kernel - 1)           # pre-conv columns
-        self.state = torch.zeros(batch, n_v_head, k_dim, v_dim)             # S per head, always fp32
+        self.conv = torch.zeros(batch, conv_dim, conv_kernel - 1)   # pre-conv columns
+        self.state = torch.zeros(batch, n_v_head, k_dim, v_dim)     # S per head, always fp32
 
 
 class Cache:
@@ -29,7 +29,7 @@ class Cache:
 
     def __init__(self, cfg, batch=1):
         self.seq_len = 0
-        conv_dim = (2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim         # q | k | v channels
+        conv_dim = (2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim  # q | k | v channels
                     + cfg.linear_num_value_heads * cfg.linear_value_head_dim)
         self.layers = [
             KVCache(batch, cfg.num_key_value_heads, cfg.head_dim) if t == "full_attention" else
@@ -41,5 +41,6 @@ class Cache:
     def nbytes(self):
         """Bytes held, by kind: {"kv": grows with every token, "deltanet": constant}."""
         kv = sum(c.k.nbytes + c.v.nbytes for c in self.layers if isinstance(c, KVCache))
-        dn = sum(c.conv.nbytes + c.state.nbytes for c in self.layers if isinstance(c, DeltaNetCache))
+        dn = sum(c.conv.nbytes + c.state.nbytes
+                 for c in self.layers if isinstance(c, DeltaNetCache))
         return {"kv": kv, "deltanet": dn}

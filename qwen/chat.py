@@ -1,20 +1,22 @@
-"""The chat format: ChatML turns, then the assistant's turn opened with an empty think block unless it may think."""
+"""The chat format: ChatML turns, then the assistant's turn opened with an empty think block
+unless it may think."""
 
 
 def strip_thinking(text):
-    """The answer without its <think>…</think> block: earlier turns keep only what the user saw."""
+    """The answer minus its <think>…</think> block: earlier turns keep only what the user saw."""
     return text.split("</think>")[-1].lstrip("\n")
 
 
 # --8<-- [start:chat_prompt]
 def chat_prompt(messages, thinking=False):
-    """The prompt text for a list of {"role", "content"} turns, ending where the assistant starts to answer."""
+    """The prompt for {"role", "content"} turns, ending where the assistant starts to answer."""
     text = ""
     for m in messages:
         content = strip_thinking(m["content"]) if m["role"] == "assistant" else m["content"]
         text += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
     text += "<|im_start|>assistant\n"
-    return text + ("<think>\n" if thinking else "<think>\n\n</think>\n\n")   # off: the thinking is already over
+    # thinking off: the think block is already closed
+    return text + ("<think>\n" if thinking else "<think>\n\n</think>\n\n")
 # --8<-- [end:chat_prompt]
 
 

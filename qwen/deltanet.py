@@ -1,4 +1,5 @@
-"""Gated DeltaNet: linear attention whose fixed-size state is decayed and corrected by the delta rule at every token."""
+"""Gated DeltaNet: linear attention whose fixed-size state is decayed and corrected by the delta
+rule at every token."""
 # --8<-- [start:imports]
 import torch
 import torch.nn as nn
@@ -17,48 +18,52 @@ def l2norm(x, eps=1e-6):
 
 # --8<-- [start:recurrent]
 def recurrent_gated_delta_rule(q, k, v, g, beta, state=None):
-    """The gated delta rule one token at a time; q, k [B, H, T, dk], v [B, H, T, dv], g, beta [B, H, T]."""
+    """The gated delta rule one token at a time.
+    q, k [B, H, T, dk], v [B, H, T, dv], g, beta [B, H, T]."""
     B, H, T, dk = k.shape
-    S = torch.zeros(B, H, dk, v.shape[-1], dtype=v.dtype, device=v.device) if state is None else state
+    S = (torch.zeros(B, H, dk, v.shape[-1], dtype=v.dtype, device=v.device)
+         if state is None else state)
     out = []
     for t in range(T):
-        S = S * g[:, :, t, None, None].exp()                        # forget: decay the whole state by alpha_t
-        pred = torch.einsum("bhk,bhkv->bhv", k[:, :, t], S)          # what the state recalls for k_t   [B, H, dv]
-        u = beta[:, :, t, None] * (v[:, :, t] - pred)                # delta rule: write only the error
-        S = S + torch.einsum("bhk,bhv->bhkv", k[:, :, t], u)         # rank-1 update                    [B, H, dk, dv]
-        out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))     # read with the query
-    return torch.stack(out, dim=2), S                                # [B, H, T, dv], [B, H, dk, dv]
+        S = S * g[:, :, t, None, None].exp()                      # forget: decay S by alpha_t
+        pred = torch.einsum("bhk,bhkv->bhv", k[:, :, t], S)       # what S holds for k_t [B, H, dv]
+        u = beta[:, :, t, None] * (v[:, :, t] - pred)             # delta rule: write only the error
+        S = S + torch.einsum("bhk,bhv->bhkv", k[:, :, t], u)      # rank-1 update [B, H, dk, dv]
+        out.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], S))  # read with the query
+    return torch.stack(out, dim=2), S                             # [B, H, T, dv], [B, H, dk, dv]
 # --8<-- [end:recurrent]
 
 
 # --8<-- [start:chunk]
 def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64):
-    """The same rule, a chunk at a time: matrix products inside a chunk, one state update per chunk."""
+    """The same rule, chunk by chunk: matrix products inside a chunk, one state update per chunk."""
     B, H, T, dk = k.shape
     dv, C = v.shape[-1], chunk_size
-    pad = -T % C                                                     # zero steps (beta = g = 0) change nothing
+    pad = -T % C                                            # zero steps (beta = g = 0): no change
     q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
     g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
     n = (T + pad) // C
-    q, k, v = (x.view(B, H, n, C, -1) for x in (q, k, v))           # [B, H, n, C, d]
+    q, k, v = (x.view(B, H, n, C, -1) for x in (q, k, v))   # [B, H, n, C, d]
     g, beta = g.view(B, H, n, C), beta.view(B, H, n, C)
 
-    gamma = g.cumsum(-1)                                             # log decay from the chunk start to step i
+    gamma = g.cumsum(-1)                                    # log decay from chunk start to step i
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~causal, float("-inf")).exp()  # [B, H, n, C, C]
+    decay = ((gamma[..., :, None] - gamma[..., None, :])    # [B, H, n, C, C]
+             .masked_fill(~causal, float("-inf")).exp())
     kb = k * beta[..., None]
-    A = ((kb @ k.transpose(-1, -2)) * decay).tril(-1)               # how step j's write changes step i's error
-    M = A + torch.eye(C, dtype=A.dtype, device=A.device)            # unit lower triangular
-    U = torch.linalg.solve_triangular(M, v * beta[..., None], upper=False)            # [B, H, n, C, dv]
-    W = torch.linalg.solve_triangular(M, kb * gamma.exp()[..., None], upper=False)    # [B, H, n, C, dk]
-    attn = (q @ k.transpose(-1, -2)) * decay                        # causal, decayed q.k inside the chunk
-    q_in = q * gamma.exp()[..., None]                               # queries read the state decayed to step i
-    k_out = k * (gamma[..., -1:] - gamma).exp()[..., None]          # keys decayed to the chunk end
+    A = ((kb @ k.transpose(-1, -2)) * decay).tril(-1)       # step j's write changes step i's error
+    M = A + torch.eye(C, dtype=A.dtype, device=A.device)    # unit lower triangular
+    # U [B, H, n, C, dv], W [B, H, n, C, dk]
+    U = torch.linalg.solve_triangular(M, v * beta[..., None], upper=False)
+    W = torch.linalg.solve_triangular(M, kb * gamma.exp()[..., None], upper=False)
+    attn = (q @ k.transpose(-1, -2)) * decay                # causal, decayed q.k inside the chunk
+    q_in = q * gamma.exp()[..., None]                       # queries read S decayed to step i
+    k_out = k * (gamma[..., -1:] - gamma).exp()[..., None]  # keys decayed to the chunk end
 
     S = torch.zeros(B, H, dk, dv, dtype=v.dtype, device=v.device) if state is None else state
     out = torch.empty(B, H, n, C, dv, dtype=v.dtype, device=v.device)
     for i in range(n):
-        new_v = U[:, :, i] - W[:, :, i] @ S                          # [B, H, C, dv] what the old state does not predict
+        new_v = U[:, :, i] - W[:, :, i] @ S  # [B, H, C, dv] what the old state does not predict
         out[:, :, i] = q_in[:, :, i] @ S + attn[:, :, i] @ new_v
         S = S * gamma[:, :, i, -1, None, None].exp() + k_out[:, :, i].transpose(-1, -2) @ new_v
     return out.view(B, H, n * C, dv)[:, :, :T], S
@@ -77,36 +82,43 @@ class GatedDeltaNet(nn.Module):
         self.conv_dim = 2 * key_dim + value_dim                     # q | k | v channels
         self.conv_kernel = cfg.linear_conv_kernel_dim
         self.in_proj_qkv = nn.Linear(cfg.hidden_size, self.conv_dim, bias=False)
-        self.in_proj_z = nn.Linear(cfg.hidden_size, value_dim, bias=False)            # output gate
-        self.in_proj_b = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)        # write strength beta
-        self.in_proj_a = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)        # decay input
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.conv_kernel, groups=self.conv_dim, bias=False)
-        self.A_log = nn.Parameter(torch.empty(self.n_v_head))      # per head decay rate, log(A)
-        self.dt_bias = nn.Parameter(torch.empty(self.n_v_head))    # per head shift of the decay input
+        self.in_proj_z = nn.Linear(cfg.hidden_size, value_dim, bias=False)      # output gate
+        self.in_proj_b = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)  # write strength
+        self.in_proj_a = nn.Linear(cfg.hidden_size, self.n_v_head, bias=False)  # decay input
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.conv_kernel,
+                                groups=self.conv_dim, bias=False)
+        self.A_log = nn.Parameter(torch.empty(self.n_v_head))    # per head decay rate, log(A)
+        self.dt_bias = nn.Parameter(torch.empty(self.n_v_head))  # per head shift of the decay input
         self.norm = RMSNormGated(self.v_dim, cfg.rms_norm_eps)
         self.out_proj = nn.Linear(value_dim, cfg.hidden_size, bias=False)
 
     def forward(self, x, cache=None):
         B, T, _ = x.shape
         qkv = self.in_proj_qkv(x).transpose(1, 2)                   # [B, conv_dim, T]
-        past = qkv.new_zeros(B, self.conv_dim, self.conv_kernel - 1) if cache is None else cache.conv.to(qkv)
+        past = (qkv.new_zeros(B, self.conv_dim, self.conv_kernel - 1) if cache is None
+                else cache.conv.to(qkv))
         qkv = torch.cat([past, qkv], dim=-1)                        # [B, conv_dim, K - 1 + T]
         if cache is not None:
-            cache.conv = qkv[..., qkv.shape[-1] - (self.conv_kernel - 1):].clone()   # the last K - 1 inputs
-        qkv = F.silu(self.conv1d(qkv)).transpose(1, 2)              # causal depthwise conv: [B, T, conv_dim]
+            # the last K - 1 inputs
+            cache.conv = qkv[..., qkv.shape[-1] - (self.conv_kernel - 1):].clone()
+        qkv = F.silu(self.conv1d(qkv)).transpose(1, 2)              # causal conv: [B, T, conv_dim]
         q, k, v = qkv.split([self.n_k_head * self.k_dim] * 2 + [self.n_v_head * self.v_dim], dim=-1)
         q = q.reshape(B, T, self.n_k_head, self.k_dim).float()
         k = k.reshape(B, T, self.n_k_head, self.k_dim).float()
         v = v.reshape(B, T, self.n_v_head, self.v_dim).float()
         q, k = l2norm(q) * self.k_dim**-0.5, l2norm(k)
-        q = q.repeat_interleave(self.n_v_head // self.n_k_head, dim=2)   # a key head serves n_v / n_k value heads
+        # a key head serves n_v / n_k value heads
+        q = q.repeat_interleave(self.n_v_head // self.n_k_head, dim=2)
         k = k.repeat_interleave(self.n_v_head // self.n_k_head, dim=2)
         beta = self.in_proj_b(x).sigmoid().float()                  # [B, T, n_v]  in (0, 1)
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)   # log decay <= 0
+        # log decay <= 0
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
 
-        q, k, v, g, beta = (t.transpose(1, 2) for t in (q, k, v, g, beta))   # heads first: [B, H, T, ...]
+        # heads first: [B, H, T, ...]
+        q, k, v, g, beta = (t.transpose(1, 2) for t in (q, k, v, g, beta))
         state = None if cache is None else cache.state.to(v)
-        rule = recurrent_gated_delta_rule if cache is not None and T == 1 else chunk_gated_delta_rule
+        rule = (recurrent_gated_delta_rule if cache is not None and T == 1
+                else chunk_gated_delta_rule)
         o, state = rule(q, k, v, g, beta, state)
         if cache is not None:
             cache.state = state

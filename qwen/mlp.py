@@ -13,4 +13,5 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # [B, T, dim] -> [B, T, hidden] -> back
+        # [B, T, dim] -> [B, T, hidden] -> back
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

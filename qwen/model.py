@@ -1,4 +1,5 @@
-"""The whole model: embedding, 24 decoder layers (3 DeltaNet, 1 attention, repeated), final norm, tied output layer."""
+"""The whole model: embedding, 24 decoder layers (3 DeltaNet, 1 attention, repeated), final norm,
+tied output layer."""
 # --8<-- [start:imports]
 import torch
 import torch.nn as nn
@@ -49,22 +50,22 @@ class Qwen(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, t) for t in cfg.layer_types)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
-        self.lm_head = LMHead(self.embed_tokens.weight)             # tied: the same Parameter, stored once
+        self.lm_head = LMHead(self.embed_tokens.weight)  # tied: the same Parameter, stored once
 
     # --8<-- [start:model_forward]
     def forward(self, ids, cache=None, last_only=False):
-        """Logits [B, T, vocab] for token ids [B, T]; with a cache, continue after the tokens it has seen.
+        """Logits [B, T, vocab] for ids [B, T]; with a cache, continue after the tokens it has seen.
         last_only: score the last position only ([B, 1, vocab]), all that generation needs."""
         past = 0 if cache is None else cache.seq_len
         cos, sin = self.rotary_emb(torch.arange(past, past + ids.shape[1], device=ids.device))
-        x = self.embed_tokens(ids)                                  # [B, T, dim]
+        x = self.embed_tokens(ids)                       # [B, T, dim]
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, None if cache is None else cache.layers[i])
         if cache is not None:
             cache.seq_len += ids.shape[1]
         if last_only:
-            x = x[:, -1:]                                           # the head is 1024 x 248,320: skip T - 1 rows
-        return self.lm_head(self.norm(x))                           # [B, T, vocab]
+            x = x[:, -1:]                                # head is 1024 x 248,320: skip T - 1 rows
+        return self.lm_head(self.norm(x))                # [B, T, vocab]
     # --8<-- [end:model_forward]
 # --8<-- [end:model]
 

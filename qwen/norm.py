@@ -1,4 +1,5 @@
-"""RMSNorm, twice: the zero-centred one scales by 1 + w, the gated one (DeltaNet's output) by w and a SiLU gate."""
+"""RMSNorm, twice: the zero-centred one scales by 1 + w, the gated one (DeltaNet's output) by w
+and a SiLU gate."""
 # --8<-- [start:rmsnorm]
 import torch
 import torch.nn as nn
@@ -15,7 +16,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)   # every vector now has rms 1
+        # every vector now has rms 1
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (x32 * (1 + self.weight.float())).type_as(x)
 # --8<-- [end:rmsnorm]
 

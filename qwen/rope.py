@@ -1,22 +1,25 @@
-"""Rotary position embedding: turn pairs of query/key dims by an angle that grows with the position."""
+"""Rotary position embedding: turn pairs of query/key dims by an angle that grows with position."""
 # --8<-- [start:rotary]
 import torch
 import torch.nn as nn
 
 
 class RotaryEmbedding(nn.Module):
-    """cos and sin of position * inv_freq for the first head_dim * partial_rotary_factor dims of a head."""
+    """cos and sin of position * inv_freq for the first head_dim * partial_rotary_factor dims."""
 
     def __init__(self, head_dim, partial_rotary_factor, theta):
         super().__init__()
-        dim = int(head_dim * partial_rotary_factor)                 # 0.8B: 256 * 0.25 = 64 rotated dims
-        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))   # dim/2 frequencies
-        self.register_buffer("inv_freq", inv_freq, persistent=False)   # computed, not stored in the checkpoint
+        dim = int(head_dim * partial_rotary_factor)             # 0.8B: 256 * 0.25 = 64 rotated dims
+        # dim/2 frequencies
+        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        # computed, not stored in the checkpoint
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, positions):
-        angle = positions.float()[:, None] * self.inv_freq          # [T] -> [T, dim/2]
-        angle = torch.cat([angle, angle], dim=-1)                   # rotate-half: dims i and i + dim/2 share an angle
-        return angle.cos(), angle.sin()                             # [T, dim] each
+        angle = positions.float()[:, None] * self.inv_freq      # [T] -> [T, dim/2]
+        # rotate-half: dims i and i + dim/2 share an angle
+        angle = torch.cat([angle, angle], dim=-1)
+        return angle.cos(), angle.sin()                         # [T, dim] each
 # --8<-- [end:rotary]
 
 
@@ -28,7 +31,7 @@ def rotate_half(x):
 
 
 def apply_rope(x, cos, sin):
-    """Rotate the first cos.shape[-1] dims of x [..., T, head_dim]; the other dims pass through unchanged."""
+    """Rotate the first cos.shape[-1] dims of x [..., T, head_dim]; the rest pass unchanged."""
     dim = cos.shape[-1]
     x_rot, x_pass = x[..., :dim], x[..., dim:]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)

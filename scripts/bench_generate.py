@@ -1,11 +1,13 @@
-"""Prefill and decode speed (tokens/s) of our model next to transformers', on the same machine and weights.
+"""Prefill and decode speed (tokens/s) of our model next to transformers', on the same \
+machine and weights.
 
     python scripts/bench_generate.py                         # the tiny test model, fp32
     python scripts/bench_generate.py --size 0.8b --dtype bf16 --prompt-tokens 128 --new-tokens 16
 
---size 0.8b builds the real Qwen3.5-0.8B shapes with random weights (no download needed; speed does not depend on
-the values). Greedy decoding with a cache for both; both compute the prefill logits of the last position only
-(transformers: logits_to_keep=1, as its generate does; ours: last_only=True). Timings vary between runs: not a test.
+--size 0.8b builds the real Qwen3.5-0.8B shapes with random weights (no download needed; speed
+does not depend on the values). Greedy decoding with a cache for both; both compute the prefill
+logits of the last position only (transformers: logits_to_keep=1, as its generate does; ours:
+last_only=True). Timings vary between runs: not a test.
 """
 import argparse
 import json
@@ -22,15 +24,18 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def real_text_config():
-    """The text_config of Qwen/Qwen3.5-0.8B (the structure book/tiny.py copies), with the real dimensions."""
+    """The text_config of Qwen/Qwen3.5-0.8B (the structure book/tiny.py copies),
+    with the real dimensions."""
     layers = (["linear_attention"] * 3 + ["full_attention"]) * 6
-    return {"vocab_size": 248320, "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
-            "layer_types": layers, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+    return {"vocab_size": 248320, "hidden_size": 1024, "intermediate_size": 3584,
+            "num_hidden_layers": 24, "layer_types": layers, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 256,
             "linear_num_key_heads": 16, "linear_num_value_heads": 16, "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "hidden_act": "silu",
-            "tie_word_embeddings": True, "max_position_embeddings": 262144,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
-                                "mrope_section": [11, 11, 10], "mrope_interleaved": True}}
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6,
+            "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 262144,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                                "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                                "mrope_interleaved": True}}
 
 
 @torch.no_grad()
@@ -47,7 +52,8 @@ def random_weights(hf, seed=0):
 
 
 def build(size, dtype):
-    """(ours, transformers') with the same weights: the tiny test model's, or random ones of the real shapes."""
+    """(ours, transformers') with the same weights: the tiny test model's,
+    or random ones of the real shapes."""
     if size == "tiny":
         from book.tiny import path
         folder = path()
@@ -67,7 +73,7 @@ def build(size, dtype):
 
 @torch.no_grad()
 def speed(step, ids, new_tokens):
-    """(prefill tok/s, decode tok/s, tokens) for step(x, state) -> (next id tensor [1, 1], state)."""
+    """(prefill tok/s, decode tok/s, tokens) for step(x, state) -> (next id [1, 1], state)."""
     t0 = time.perf_counter()
     x, state = step(ids, None)
     t1 = time.perf_counter()
@@ -105,17 +111,21 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ours, hf = build(args.size, DTYPES[args.dtype])
-    ids = torch.randint(0, 200_000, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0))
-    print(f"{args.size}, {args.dtype}, {args.threads} CPU threads, prompt {args.prompt_tokens} tokens, "
+    ids = torch.randint(0, 200_000, (1, args.prompt_tokens),
+                        generator=torch.Generator().manual_seed(0))
+    print(f"{args.size}, {args.dtype}, {args.threads} CPU threads, "
+          f"prompt {args.prompt_tokens} tokens, "
           f"{args.new_tokens} new tokens (best of {args.repeats})")
     results = {}
     for name, step in (("ours", ours_step(ours)), ("transformers", hf_step(hf))):
         speed(step, ids[:, :8], 3)                                  # warm up
         runs = [speed(step, ids, args.new_tokens) for _ in range(args.repeats)]
         results[name] = runs[0][2]
-        print(f"  {name:13} prefill {max(r[0] for r in runs):8.1f} tok/s   decode {max(r[1] for r in runs):7.2f} tok/s")
+        print(f"  {name:13} prefill {max(r[0] for r in runs):8.1f} tok/s   "
+              f"decode {max(r[1] for r in runs):7.2f} tok/s")
     same = results["ours"] == results["transformers"]
-    print(f"  same greedy tokens: {same}" + ("" if same or args.dtype == "fp32" else " (bf16 rounding may differ)"))
+    print(f"  same greedy tokens: {same}"
+          + ("" if same or args.dtype == "fp32" else " (bf16 rounding may differ)"))
 
 
 if __name__ == "__main__":

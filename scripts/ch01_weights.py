@@ -10,18 +10,23 @@ path = find_model()
 cfg = Config.load(path)
 W = load_weights(path)                                   # name -> tensor, text model only
 
-print(f"hidden {cfg.hidden_size}, MLP {cfg.intermediate_size}, {cfg.num_hidden_layers} layers, vocabulary {cfg.vocab_size:,}")
+print(f"hidden {cfg.hidden_size}, MLP {cfg.intermediate_size}, {cfg.num_hidden_layers} layers, "
+      f"vocabulary {cfg.vocab_size:,}")
 print("layer types:", "".join("L" if t == "linear_attention" else "A" for t in cfg.layer_types),
       "(L = Gated DeltaNet, A = full attention)")
-print(f"attention: {cfg.num_attention_heads} query heads, {cfg.num_key_value_heads} KV heads of {cfg.head_dim}; "
+print(f"attention: {cfg.num_attention_heads} query heads, "
+      f"{cfg.num_key_value_heads} KV heads of {cfg.head_dim}; "
       f"RoPE theta {cfg.rope_theta:g} on {cfg.partial_rotary_factor:.0%} of each head")
 
-every = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]   # all names in the file
-kinds = Counter(".".join(n.split(".")[:2]) if n.startswith("model.") else n.split(".")[0] for n in every)
-print(f"the file holds {len(every)} tensors: " + ", ".join(f"{k}.* {v}" for k, v in sorted(kinds.items())))
+# all names in the file
+every = json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+kinds = Counter(".".join(n.split(".")[:2]) if n.startswith("model.") else n.split(".")[0]
+                for n in every)
+print(f"the file holds {len(every)} tensors: "
+      + ", ".join(f"{k}.* {v}" for k, v in sorted(kinds.items())))
 print(f"we keep the {len(W)} of the text model, stored as {W['embed_tokens.weight'].dtype}")
-for name in ("embed_tokens.weight", "layers.0.linear_attn.in_proj_qkv.weight", "layers.3.self_attn.q_proj.weight",
-             "layers.3.mlp.down_proj.weight", "norm.weight"):
+for name in ("embed_tokens.weight", "layers.0.linear_attn.in_proj_qkv.weight",
+             "layers.3.self_attn.q_proj.weight", "layers.3.mlp.down_proj.weight", "norm.weight"):
     print(f"  {name:42} {str(tuple(W[name].shape)):>14}")
 
 
@@ -40,22 +45,28 @@ total = sum(counted.values())
 print(f"parameters: {total:,} (the output layer reuses the embedding table, so it adds none)")
 for p, n in counted.most_common():
     print(f"  {p:18} {n:>13,}  {n / total:6.1%}")
-print("counted from the tensors == computed from the config:", dict(counted) == parameter_budget(cfg))
+print("counted from the tensors == computed from the config:",
+      dict(counted) == parameter_budget(cfg))
 
-official = parameter_budget(Config.load(Path("book/data/qwen3.5-0.8b")))   # the official config.json, no weights
+# the official config.json, no weights
+official = parameter_budget(Config.load(Path("book/data/qwen3.5-0.8b")))
 print(f"Qwen3.5-0.8B from its config.json: {sum(official.values()):,} parameters, "
       f"embedding {official['embedding']:,} ({official['embedding'] / sum(official.values()):.0%})")
 record(total_params=f"{total:,}", embedding_share=f"{counted['embedding'] / total:.0%}",
-       n_text_tensors=len(W), n_file_tensors=len(every), official_total=f"{sum(official.values()):,}",
+       n_text_tensors=len(W), n_file_tensors=len(every),
+       official_total=f"{sum(official.values()):,}",
        official_embedding=f"{official['embedding']:,}")
 
 
 def draw(t):
     import matplotlib.pyplot as plt
-    labels = {"embedding": t("嵌入表（与输出层共用）", "embedding (shared with the output layer)"),
+    labels = {"embedding": t("嵌入表（与输出层共用）",
+                             "embedding (shared with the output layer)"),
               "DeltaNet mixers": t("18 个 DeltaNet 混合层", "18 DeltaNet mixers"),
-              "attention mixers": t("6 个注意力混合层", "6 attention mixers"), "MLPs": t("24 个 MLP", "24 MLPs"),
-              "layer norms": t("层内 RMSNorm", "layer norms"), "final norm": t("最后的 RMSNorm", "final norm")}
+              "attention mixers": t("6 个注意力混合层", "6 attention mixers"),
+              "MLPs": t("24 个 MLP", "24 MLPs"),
+              "layer norms": t("层内 RMSNorm", "layer norms"),
+              "final norm": t("最后的 RMSNorm", "final norm")}
     parts = sorted(official.items(), key=lambda kv: kv[1])
     total = sum(official.values())
     fig, ax = plt.subplots(figsize=(7.5, 2.8))
@@ -64,8 +75,10 @@ def draw(t):
         ax.text(n / 1e6, i, f" {n / 1e6:.1f}M  {n / total:.1%}", va="center", fontsize=9)
     ax.set_xlabel(t("参数量（百万）", "parameters (millions)"))
     ax.set_xlim(0, max(official.values()) / 1e6 * 1.3)
-    ax.set_title(t(f"Qwen3.5-0.8B 的 {total / 1e6:.0f}M 参数花在哪里（由 config.json 算出）",
-                   f"Where the {total / 1e6:.0f}M parameters of Qwen3.5-0.8B go (computed from config.json)"))
+    ax.set_title(t(f"Qwen3.5-0.8B 的 {total / 1e6:.0f}M 参数花在哪里"
+                   "（由 config.json 算出）",
+                   f"Where the {total / 1e6:.0f}M parameters of Qwen3.5-0.8B go "
+                   "(computed from config.json)"))
     ax.spines[["top", "right"]].set_visible(False)
     return fig
 

@@ -1,4 +1,4 @@
-"""Chapter 4: RoPE. Which dims turn, how fast, and why the score then depends only on the distance."""
+"""Chapter 4: RoPE. Which dims turn, how fast, and why the score then depends only on distance."""
 import math
 
 import torch
@@ -10,7 +10,7 @@ from qwen.norm import RMSNorm
 from qwen.rope import RotaryEmbedding, apply_rope
 from qwen.weights import Config, find_model, load, load_weights
 
-torch.set_grad_enabled(False)                               # we only run the parts, never train them
+torch.set_grad_enabled(False)                              # we only run the parts, never train them
 path = find_model()
 cfg = Config.load(path)
 W = load_weights(path, dtype=torch.float32)
@@ -20,21 +20,22 @@ rot = 2 * rope.inv_freq.numel()
 wavelength = 2 * math.pi / rope.inv_freq                   # tokens for one full turn, per frequency
 print(f"head_dim {cfg.head_dim}: the first {rot} dims turn ({rot // 2} frequencies), "
       f"the other {cfg.head_dim - rot} never do")
-print(f"theta {cfg.rope_theta:g}: one turn takes {wavelength[0]:.1f} tokens at the fastest frequency, "
-      f"{wavelength[-1]:,.0f} at the slowest")
+print(f"theta {cfg.rope_theta:g}: one turn takes {wavelength[0]:.1f} tokens at the fastest "
+      f"frequency, {wavelength[-1]:,.0f} at the slowest")
 for m in range(0, rot // 2, max(1, rot // 16)):
     print(f"  pair {m:2}: dims ({m}, {m + rot // 2}), {wavelength[m]:>14,.1f} tokens per turn")
 
-# Real queries and keys: the first attention layer's projections and norms, applied to embedded text.
+# Real queries and keys: the first attention layer's projections and norms, on embedded text.
 i = cfg.layer_types.index("full_attention")
 L = f"layers.{i}.self_attn."
 emb = load(Embedding(cfg.vocab_size, cfg.hidden_size), W, "embed_tokens.")
 q_norm = load(RMSNorm(cfg.head_dim, cfg.rms_norm_eps), W, L + "q_norm.")
 k_norm = load(RMSNorm(cfg.head_dim, cfg.rms_norm_eps), W, L + "k_norm.")
-x = emb(torch.tensor([tok.encode("Rotary embeddings encode where a token sits.").ids]))[0]   # [T, dim]
-T = x.shape[0]
-q = q_norm((x @ W[L + "q_proj.weight"].T).view(T, -1, 2 * cfg.head_dim)[:, 0, :cfg.head_dim])   # head 0's query
-k = k_norm((x @ W[L + "k_proj.weight"].T).view(T, -1, cfg.head_dim)[:, 0])                       # its KV head
+x = emb(torch.tensor([tok.encode("Rotary embeddings encode where a token sits.").ids]))[0]
+T = x.shape[0]                                             # x: [T, dim]
+# head 0's query, and its KV head
+q = q_norm((x @ W[L + "q_proj.weight"].T).view(T, -1, 2 * cfg.head_dim)[:, 0, :cfg.head_dim])
+k = k_norm((x @ W[L + "k_proj.weight"].T).view(T, -1, cfg.head_dim)[:, 0])
 
 
 def scores(start):
@@ -44,20 +45,25 @@ def scores(start):
 
 
 shift = (scores(1000) - scores(0)).abs().max() / scores(0).abs().max()
-print(f"{T} tokens moved from position 0 to 1000: do the q.k scores stay (to 1e-5 of their size)? {bool(shift < 1e-5)}")
+print(f"{T} tokens moved from position 0 to 1000: do the q.k scores stay "
+      f"(to 1e-5 of their size)? {bool(shift < 1e-5)}")
 cos, sin = rope(torch.arange(T))
-print("dims past the rotary part pass through unchanged:", torch.equal(apply_rope(q, cos, sin)[:, rot:], q[:, rot:]))
+print("dims past the rotary part pass through unchanged:",
+      torch.equal(apply_rope(q, cos, sin)[:, rot:], q[:, rot:]))
 
-dist = torch.arange(2049)                                  # one query dotted with itself placed d tokens later
-same = apply_rope(q[:1].expand(len(dist), -1), *rope(dist)) @ q[0]     # at position 0 nothing turns
-record(rotary_dims=rot, n_freq=rot // 2, fastest_turn=f"{wavelength[0]:.1f}", slowest_turn=f"{wavelength[-1]:,.0f}")
+# one query dotted with itself placed d tokens later; at position 0 nothing turns
+dist = torch.arange(2049)
+same = apply_rope(q[:1].expand(len(dist), -1), *rope(dist)) @ q[0]
+record(rotary_dims=rot, n_freq=rot // 2, fastest_turn=f"{wavelength[0]:.1f}",
+       slowest_turn=f"{wavelength[-1]:,.0f}")
 
 
 def draw(t):
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
     a.semilogy(range(rot // 2), wavelength, "o-", ms=3)
-    for n, label in ((2048, "2K"), (cfg.max_position_embeddings, f"{cfg.max_position_embeddings // 1024}K")):
+    for n, label in ((2048, "2K"),
+                     (cfg.max_position_embeddings, f"{cfg.max_position_embeddings // 1024}K")):
         a.axhline(n, color="gray", ls=":", lw=1)
         a.text(0, n, " " + label, va="bottom", fontsize=8, color="gray")
     a.set_xlabel(t("频率编号 m", "frequency index m"))
@@ -67,7 +73,8 @@ def draw(t):
     b.plot(dist, same, lw=0.6)
     b.set_xlabel(t("距离（token）", "distance (tokens)"))
     b.set_ylabel("q · R(d) q")
-    b.set_title(t("同一个向量相隔 d 个位置的点积", "One query dotted with itself, d positions apart"))
+    b.set_title(t("同一个向量相隔 d 个位置的点积",
+                  "One query dotted with itself, d positions apart"))
     for ax in (a, b):
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()

@@ -1,4 +1,5 @@
-"""Chapter 7: Gated DeltaNet, the chunked form. Same numbers as the recurrence, in T/64 sequential steps."""
+"""Chapter 7: Gated DeltaNet, the chunked form.
+Same numbers as the recurrence, in T/64 sequential steps."""
 from types import SimpleNamespace
 
 import torch
@@ -20,15 +21,18 @@ norm = load(RMSNorm(cfg.hidden_size, cfg.rms_norm_eps), W, "layers.0.input_layer
 gdn = load(GatedDeltaNet(cfg), W, "layers.0.linear_attn.")
 H, dk, dv, C = gdn.n_v_head, gdn.k_dim, gdn.v_dim, 64
 
-text = ("A recurrent network reads one token at a time and carries a state from each step to the next. "
-        "That is cheap in memory but slow on parallel hardware, because step t must wait for step t - 1. ") * 4
+text = ("A recurrent network reads one token at a time and carries a state from each step "
+        "to the next. That is cheap in memory but slow on parallel hardware, because step t "
+        "must wait for step t - 1. ") * 4
 ids = torch.tensor([tok.encode(text).ids])
 T = ids.shape[1]
 x = norm(emb(ids))                                          # [1, T, dim]
 
 chunked = gdn(x)                                            # T > 1 and no cache: the chunked form
-memory = SimpleNamespace(conv=torch.zeros(1, gdn.conv_dim, gdn.conv_kernel - 1), state=torch.zeros(1, H, dk, dv))
-recurrent = torch.cat([gdn(x[:, t:t + 1], memory) for t in range(T)], dim=1)   # one token per call: the recurrence
+memory = SimpleNamespace(conv=torch.zeros(1, gdn.conv_dim, gdn.conv_kernel - 1),
+                         state=torch.zeros(1, H, dk, dv))
+# one token per call: the recurrence
+recurrent = torch.cat([gdn(x[:, t:t + 1], memory) for t in range(T)], dim=1)
 gap = ((chunked - recurrent).abs().max() / recurrent.abs().max()).item()
 print(f"{T} tokens = {-(-T // C)} chunks of {C}: "
       f"chunked and token-by-token outputs agree to 1e-5 of their size: {gap < 1e-5}")
@@ -37,9 +41,12 @@ print(f"sequential steps: {T} for the recurrence, {-(-T // C)} for the chunked f
 
 def flops(T):
     """Multiply-adds x 2 of one layer's mixing kernel over T tokens (projections excluded)."""
-    recurrent = 8 * dk * dv * H * T                         # decay, read k, write, read q: four dk x dv passes
-    chunked = (6 * dk * dv + C * (5 * dk + 3 * dv)) * H * T  # per chunk: C x C products, two solves, three state products
-    attention = 2 * T * (T + 1) * cfg.head_dim * cfg.num_attention_heads   # causal q.k and p.v
+    # decay, read k, write, read q: four dk x dv passes
+    recurrent = 8 * dk * dv * H * T
+    # per chunk: C x C products, two solves, three state products
+    chunked = (6 * dk * dv + C * (5 * dk + 3 * dv)) * H * T
+    # causal q.k and p.v
+    attention = 2 * T * (T + 1) * cfg.head_dim * cfg.num_attention_heads
     return recurrent, chunked, attention
 
 
@@ -48,7 +55,8 @@ cost = {n: flops(n) for n in lengths}
 cross = next(n for n in range(1, 10**6) if flops(n)[2] > flops(n)[1])
 for n in (1024, 32768):
     r, c, a = cost[n]
-    print(f"T = {n:>6,}: recurrent {r / 1e9:8.2f} GFLOP, chunked {c / 1e9:8.2f}, full attention {a / 1e9:10.2f}")
+    print(f"T = {n:>6,}: recurrent {r / 1e9:8.2f} GFLOP, chunked {c / 1e9:8.2f}, "
+          f"full attention {a / 1e9:10.2f}")
 print(f"one attention layer's kernel costs more than one DeltaNet layer's after {cross:,} tokens")
 record(tokens=T, chunks=-(-T // C), crossover=f"{cross:,}")
 
@@ -64,7 +72,8 @@ def draw(t):
     a.set_ylabel(t("输出第 0 维", "output, channel 0"))
     a.set_title(t("两种算法，同一个输出", "Two algorithms, one output"))
     a.legend(fontsize=8)
-    for i, name in enumerate((t("DeltaNet 递推", "DeltaNet recurrent"), t("DeltaNet 分块", "DeltaNet chunked"),
+    for i, name in enumerate((t("DeltaNet 递推", "DeltaNet recurrent"),
+                              t("DeltaNet 分块", "DeltaNet chunked"),
                               t("完整注意力", "full attention"))):
         b.loglog(lengths, [cost[n][i] for n in lengths], "o-" if i < 2 else "s-", ms=3, label=name)
     b.set_xlabel(t("序列长度 T", "sequence length T"))

@@ -24,24 +24,28 @@ sampling = dict(temperature=0.8, top_k=20, top_p=0.95)
 sampled = {seed: list(generate(model, ids, 16, **sampling, seed=seed)) for seed in (0, 1, 2)}
 for seed, out in sampled.items():
     print(f"seed {seed}, T 0.8: {prompt}|{tok.decode(out)!r}")
-print("seed 0 again gives the same tokens:", list(generate(model, ids, 16, **sampling, seed=0)) == sampled[0])
+print("seed 0 again gives the same tokens:",
+      list(generate(model, ids, 16, **sampling, seed=0)) == sampled[0])
 
-# The cache by hand: prefill the prompt, then decode one token per call and weigh the cache after each.
+# The cache by hand: prefill the prompt, decode one token per call, and weigh the cache after each.
 cache, sizes = Cache(model.cfg), []
 with torch.no_grad():
     logits = model(torch.tensor([ids]), cache=cache)
     sizes.append((cache.seq_len, cache.nbytes()))
     for _ in range(32):
-        logits = model(logits[:, -1:].argmax(-1), cache=cache)         # [1, 1]: the greedy token goes back in
+        # [1, 1]: the greedy token goes back in
+        logits = model(logits[:, -1:].argmax(-1), cache=cache)
         sizes.append((cache.seq_len, cache.nbytes()))
 (t0, first), (t1, last) = sizes[0], sizes[-1]
 kv_per_token = (last["kv"] - first["kv"]) / (t1 - t0)
 dn = last["deltanet"]
 assert all(s["deltanet"] == dn for _, s in sizes), "the DeltaNet state must not grow"
 n_attn = model.cfg.layer_types.count("full_attention")
-print(f"\ncache after {t0} prompt tokens and after {t1}: KV {first['kv']:,} -> {last['kv']:,} bytes, "
+print(f"\ncache after {t0} prompt tokens and after {t1}: "
+      f"KV {first['kv']:,} -> {last['kv']:,} bytes, "
       f"DeltaNet {first['deltanet']:,} -> {dn:,} bytes")
-print(f"KV cache: {kv_per_token:,.0f} bytes per token ({n_attn} attention layers, keys and values, fp32)")
+print(f"KV cache: {kv_per_token:,.0f} bytes per token "
+      f"({n_attn} attention layers, keys and values, fp32)")
 print(f"DeltaNet states: {dn:,} bytes at any length ({len(model.cfg.layer_types) - n_attn} layers)")
 longest = model.cfg.max_position_embeddings
 print(f"the KV cache outgrows the DeltaNet states after {dn / kv_per_token:,.0f} tokens; "
@@ -49,16 +53,19 @@ print(f"the KV cache outgrows the DeltaNet states after {dn / kv_per_token:,.0f}
 all_attn = kv_per_token * len(model.cfg.layer_types) / n_attn
 print(f"were all {len(model.cfg.layer_types)} layers attention: {all_attn:,.0f} bytes per token")
 record(kv_bytes_per_token=f"{kv_per_token:,.0f}", deltanet_bytes=f"{dn:,}",
-       crossover_tokens=f"{dn / kv_per_token:,.0f}", kv_gib_at_max=f"{kv_per_token * longest / 2**30:.1f}")
+       crossover_tokens=f"{dn / kv_per_token:,.0f}",
+       kv_gib_at_max=f"{kv_per_token * longest / 2**30:.1f}")
 
 
 def draw(t):
     import matplotlib.pyplot as plt
     T = torch.linspace(0, 32768, 65)
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(T, T * kv_per_token / 2**20, label=t("KV 缓存（注意力层）", "KV cache (attention layers)"))
+    ax.plot(T, T * kv_per_token / 2**20,
+            label=t("KV 缓存（注意力层）", "KV cache (attention layers)"))
     ax.plot(T, torch.full_like(T, dn / 2**20), label=t("DeltaNet 状态", "DeltaNet states"))
-    ax.plot(T, T * all_attn / 2**20, "--", label=t("假如每层都是注意力", "if every layer were attention"))
+    ax.plot(T, T * all_attn / 2**20, "--",
+            label=t("假如每层都是注意力", "if every layer were attention"))
     ax.set_xlabel(t("已读词元数", "tokens seen"))
     ax.set_ylabel("MiB (fp32)")
     ax.legend()

@@ -1,4 +1,5 @@
-"""Chapter 12: chat. The chat format as tokens, one turn of conversation, and what the next prompt keeps."""
+"""Chapter 12: chat.
+The chat format as tokens, one turn of conversation, and what the next prompt keeps."""
 import torch
 from tokenizers import Tokenizer
 
@@ -19,14 +20,16 @@ text = chat_prompt([{"role": "user", "content": "Hello, how are you?"}])
 ids = tok.encode(text).ids
 print(f"the prompt, {len(text)} characters:\n{text}")
 print(f"as {len(ids)} tokens:")
-print("   ", " ".join(f"{tok.id_to_token(i)}={i}" if i >= 248044 else f"{tok.decode([i])!r}" for i in ids))
-print(f"thinking on, it ends instead with: {chat_prompt([{'role': 'user', 'content': 'Hi'}], thinking=True)[-30:]!r}")
+print("   ", " ".join(f"{tok.id_to_token(i)}={i}" if i >= 248044 else f"{tok.decode([i])!r}"
+                    for i in ids))
+print("thinking on, it ends instead with: "
+      f"{chat_prompt([{'role': 'user', 'content': 'Hi'}], thinking=True)[-30:]!r}")
 
 chat = Chat()
 question = "What is the capital of France? Answer in one word."
 stream, answer = TextStream(tok), ""
 print(f"\nuser: {question}\nassistant: ", end="")
-for token in generate(model, tok.encode(chat.ask(question)).ids, 24):   # greedy, stops at <|im_end|>
+for token in generate(model, tok.encode(chat.ask(question)).ids, 24):  # greedy, stops at <|im_end|>
     piece = stream.push(token)
     print(piece, end="")
     answer += piece
@@ -35,5 +38,6 @@ print(rest)
 answer += rest
 chat.answer(answer)
 following = chat.ask("And of Germany?")
-print(f"\nthe next prompt carries the history ({len(tok.encode(following).ids)} tokens):\n{following}")
+print(f"\nthe next prompt carries the history "
+      f"({len(tok.encode(following).ids)} tokens):\n{following}")
 record(hello_prompt_tokens=len(ids))

@@ -1,4 +1,5 @@
-"""Download Qwen/Qwen3.5-0.8B into ./models/ with a progress bar (Hugging Face, a mirror, or ModelScope).
+"""Download Qwen/Qwen3.5-0.8B into ./models/ with a progress bar
+(Hugging Face, a mirror, or ModelScope).
 
     python scripts/download.py                        # from huggingface.co
     HF_ENDPOINT=https://hf-mirror.com python scripts/download.py
@@ -10,8 +11,8 @@ from pathlib import Path
 
 from qwen.weights import REPO_ID
 
-FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
-         "chat_template.jinja"]
+FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+         "tokenizer_config.json", "chat_template.jinja"]
 
 
 def main():
@@ -25,12 +26,13 @@ def main():
             from modelscope import snapshot_download
             snapshot_download(REPO_ID, local_dir=str(dest), allow_patterns=FILES)
         else:
-            from huggingface_hub import snapshot_download             # shows a tqdm bar per file
+            from huggingface_hub import snapshot_download  # shows a tqdm bar per file
             snapshot_download(REPO_ID, local_dir=dest, allow_patterns=FILES)
     except ImportError as e:
         sys.exit(f"{e.name} is not installed: pip install {e.name}")
-    except Exception as e:                                             # network errors come in many classes
-        sys.exit(f"download failed: {e}\nBehind a firewall? Try HF_ENDPOINT=https://hf-mirror.com or --source modelscope")
+    except Exception as e:                                 # network errors come in many classes
+        sys.exit(f"download failed: {e}\nBehind a firewall? "
+                 "Try HF_ENDPOINT=https://hf-mirror.com or --source modelscope")
     print(f"done: {dest.resolve()} (find_model() looks here)")
 
 

@@ -1,8 +1,8 @@
 """Chat with Qwen3.5-0.8B in the terminal, on the model written in this book.
 
-    python scripts/main.py                          # interactive chat (the official weights, see find_model)
-    python scripts/main.py --prompt "你好"           # one question, one answer
-    python scripts/main.py --tiny                   # the tiny random test model: every code path, no meaning
+    python scripts/main.py                 # interactive chat (the official weights, see find_model)
+    python scripts/main.py --prompt "你好"  # one question, one answer
+    python scripts/main.py --tiny          # the tiny random test model: every code path, no meaning
 """
 import argparse
 import json
@@ -18,7 +18,8 @@ from qwen.generate import TextStream, generate
 from qwen.model import from_pretrained
 from qwen.weights import ModelNotFound, find_model
 
-HELP = "/think toggles thinking, /reset forgets the conversation, Ctrl-C stops an answer, Ctrl-D quits"
+HELP = ("/think toggles thinking, /reset forgets the conversation, Ctrl-C stops an answer, "
+        "Ctrl-D quits")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -28,16 +29,22 @@ class Abort(Exception):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description="Chat with Qwen3.5-0.8B written by hand in PyTorch.")
-    p.add_argument("--prompt", help="ask one question, print the answer and exit ('-' reads it from stdin)")
-    p.add_argument("--model", type=Path, help="checkpoint folder (default: found by qwen.weights.find_model)")
-    p.add_argument("--tiny", action="store_true", help="use the book's tiny random test model (text is noise)")
+    p.add_argument("--prompt",
+                   help="ask one question, print the answer and exit ('-' reads it from stdin)")
+    p.add_argument("--model", type=Path,
+                   help="checkpoint folder (default: found by qwen.weights.find_model)")
+    p.add_argument("--tiny", action="store_true",
+                   help="use the book's tiny random test model (text is noise)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
-    p.add_argument("--think", action="store_true", help="start with thinking on (toggle with /think)")
+    p.add_argument("--think", action="store_true",
+                   help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")
     p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--context", type=int, help="most tokens per conversation (default: max_position_embeddings)")
-    g = p.add_argument_group("sampling (defaults: the Qwen3.5 cards' non-thinking values; --temperature 0 is greedy)")
+    p.add_argument("--context", type=int,
+                   help="most tokens per conversation (default: max_position_embeddings)")
+    g = p.add_argument_group("sampling (defaults: the Qwen3.5 cards' non-thinking values; "
+                             "--temperature 0 is greedy)")
     g.add_argument("--temperature", type=float, default=0.7)
     g.add_argument("--top-k", type=int, default=20, help="0 keeps every token")
     g.add_argument("--top-p", type=float, default=0.8)
@@ -49,7 +56,8 @@ def parse_args(argv):
 
 def check_device(device):
     if device == "cuda" and not torch.cuda.is_available():
-        raise Abort(f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}. Use --device cpu.")
+        raise Abort(f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}. "
+                    "Use --device cpu.")
     if device == "mps" and not torch.backends.mps.is_available():
         raise Abort("--device mps: Apple's Metal backend is not available here. Use --device cpu.")
 
@@ -62,12 +70,14 @@ def load_model(args):
     elif args.model:
         folder = args.model.expanduser()
         if not (folder / "config.json").is_file():
-            raise Abort(f"--model {folder}: no config.json there; give the folder that holds the checkpoint.")
+            raise Abort(f"--model {folder}: no config.json there; "
+                        "give the folder that holds the checkpoint.")
     else:
         try:
             folder = find_model()
         except ModelNotFound as e:
-            raise Abort(f"{e}\nOr try the program on the tiny test model: python scripts/main.py --tiny")
+            raise Abort(f"{e}\nOr try the program on the tiny test model: "
+                        "python scripts/main.py --tiny")
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
     try:
@@ -80,19 +90,20 @@ def load_model(args):
 
 # --8<-- [start:reply]
 def reply(model, tok, prompt, args, context):
-    """Stream the answer to `prompt` to stdout; return (text, stats line). Ctrl-C ends the answer early."""
+    """Stream the answer to `prompt` to stdout; return (text, stats line). Ctrl-C ends it early."""
     ids = tok.encode(prompt).ids
     if len(ids) >= context:
         raise Abort(f"the prompt is {len(ids)} tokens; the context holds {context} (--context, "
                     f"max_position_embeddings), and the answer needs room too.")
-    tokens = generate(model, ids, min(args.max_new_tokens, context - len(ids)), args.temperature, args.top_k,
-                      args.top_p, args.presence_penalty, args.repetition_penalty, seed=args.seed)
+    tokens = generate(model, ids, min(args.max_new_tokens, context - len(ids)),
+                      args.temperature, args.top_k, args.top_p, args.presence_penalty,
+                      args.repetition_penalty, seed=args.seed)
     stream, text, n = TextStream(tok), "", 0
     t0 = t1 = time.perf_counter()
     try:
         for token in tokens:
             if n == 0:
-                t1 = time.perf_counter()                      # the prompt is read and the first token chosen
+                t1 = time.perf_counter()  # the prompt is read and the first token chosen
             n += 1
             piece = stream.push(token)
             print(piece, end="", flush=True)
@@ -169,7 +180,8 @@ def main(argv=None):
             raise Abort("--max-new-tokens must be at least 1")
         check_device(args.device)
         model, tok, folder, tiny = load_model(args)
-        context = min(args.context or model.cfg.max_position_embeddings, model.cfg.max_position_embeddings)
+        context = min(args.context or model.cfg.max_position_embeddings,
+                      model.cfg.max_position_embeddings)
         if tiny:
             print("(the tiny test model: random weights, so the text is random)", file=sys.stderr)
         if args.prompt is not None:
@@ -177,7 +189,8 @@ def main(argv=None):
             text, stats = reply(model, tok, chat.ask(args.prompt), args, context)
             print(stats, file=sys.stderr)
             return 0
-        print(f"{folder.name} on {args.device} ({args.dtype}), thinking {'on' if args.think else 'off'}. {HELP}.")
+        print(f"{folder.name} on {args.device} ({args.dtype}), "
+              f"thinking {'on' if args.think else 'off'}. {HELP}.")
         chat_loop(model, tok, args, context)
         return 0
     except Abort as e:
