@@ -4,6 +4,14 @@
     python -m book.regen --check         # run them again, fail on any difference, write nothing
     python -m book.regen ch02_embedding  # only some scripts
     python -m book.regen --retime        # also refresh the measured times (which a plain run keeps)
+    python -m book.regen --timeout 120   # stop a script that runs longer (seconds; default 600)
+
+What counts as a difference is written in book/compare.py: words, labels and numbers to their printed precision,
+figures by their texts and plotted data, never the last bits of a float, so `--check` passes on any CPU. A run
+whose outputs are the same by that measure keeps the committed files byte for byte.
+
+The files of one script (its text, provenance, figures) are replaced together: they are staged beside their
+targets and a journal lists the renames; an interrupted run leaves the journal, and the next run finishes it.
 
 With the official weights found (see qwen.weights.find_model) the scripts run on them; without, on the tiny test
 model, and the outputs say so. An output made with the official weights is never overwritten by a tiny-model run.
@@ -21,7 +29,8 @@ import time
 from pathlib import Path
 
 from book import tiny
-from qwen.weights import REPO_ID, ModelNotFound, find_model
+from book.compare import compare_figure, compare_text, compare_values
+from qwen.weights import ModelNotFound, find_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -29,25 +38,49 @@ OUTPUTS = ROOT / "docs" / "outputs"
 FIGURES = ROOT / "docs" / "figures"
 TINY = "tiny test model"
 THREADS = 1          # fixed so that results (and reductions inside matmuls) are the same on every run
+TIMEOUT = 600        # seconds a script may run before it is stopped
+EXTRA = {"diagrams": ROOT / "book" / "diagrams.py",      # figures drawn from the official config, not from a run
+         "parity": ROOT / "tests" / "parity_report.py"}   # the differences to transformers the tests measure
+REFERENCE = "tiny random reference models (tests/reference.py)"
+CONFIG = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"
+JOURNAL = ".regen-journal-{}.json"                      # in docs/outputs while a script's files are being replaced
+TEMP_SUFFIX = ".regen-tmp"
+MACHINE_FIELDS = ("seconds", "device", "torch", "python")  # describe the run, not the result
 
 
 def chapter_scripts(names=()):
     found = sorted(p.stem for p in SCRIPTS.glob("ch[0-9][0-9]_*.py"))
+    found += [n for n, p in EXTRA.items() if p.is_file()]
     unknown = [n for n in names if n not in found]
     if unknown:
         raise SystemExit(f"no such chapter script: {', '.join(unknown)} (known: {', '.join(found)})")
     return [n for n in found if not names or n in names]
 
 
+def script_path(name):
+    return EXTRA.get(name, SCRIPTS / f"{name}.py")
+
+
+class Model:
+    """The checkpoint a run used: its folder, the label outputs carry, its weights' sha256, official or not."""
+
+    def __init__(self, folder, label, sha256, official):
+        self.folder, self.label, self.sha256, self.official = folder, label, sha256, official
+
+
 def choose_model():
-    """(folder, label): the official checkpoint when there is one, else the tiny test model."""
+    """The checkpoint find_model() finds (labelled by what it is), else the tiny test model."""
     try:
         folder = find_model()
-        if not tiny.is_tiny(folder):
-            return folder, REPO_ID
     except ModelNotFound:
-        pass
-    return tiny.path(), TINY
+        folder = tiny.path()
+    try:
+        from book.checkpoint import identify          # TEMP until book/checkpoint.py lands
+    except ImportError:
+        t = tiny.is_tiny(folder)
+        return Model(folder, TINY if t else "Qwen/Qwen3.5-0.8B", weights_sha256(folder), not t)
+    ck = identify(folder)
+    return Model(folder, TINY if ck.tiny else ck.label, ck.sha256, ck.official)
 
 
 def weights_sha256(folder):
@@ -59,33 +92,59 @@ def weights_sha256(folder):
     return h.hexdigest()
 
 
-def run_script(name, folder, label, sha):
-    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or raise."""
+def _config_model():
+    return Model(CONFIG.parent, "Qwen/Qwen3.5-0.8B config.json (no weights)",
+                 hashlib.sha256(CONFIG.read_bytes()).hexdigest(), True)
+
+
+def _reference_model():
+    return Model(ROOT / "tests", REFERENCE, hashlib.sha256((ROOT / "tests" / "reference.py").read_bytes()).hexdigest(),
+                 False)
+
+
+def run_script(name, model, timeout=TIMEOUT):
+    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or raise RuntimeError."""
     import torch
 
     scratch = Path(tempfile.mkdtemp(prefix=f"regen-{name}-"))
-    env = {**os.environ, "BOOK_OUT": str(scratch), "QWEN_MODEL": str(folder), "MPLBACKEND": "Agg",
+    env = {**os.environ, "BOOK_OUT": str(scratch), "QWEN_MODEL": str(model.folder), "MPLBACKEND": "Agg",
            "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "PYTHONHASHSEED": "0",
            "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py")], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    seconds = time.perf_counter() - start
+    script = script_path(name)
     try:
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{script.name} ran longer than {timeout:g} s and was stopped "
+                               f"(a loop that never ends? or allow more with --timeout)") from None
+        seconds = time.perf_counter() - start
         if proc.returncode != 0:
-            raise RuntimeError(f"{name}.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+            err = proc.stderr.decode("utf-8", "replace")
+            raise RuntimeError(f"{script.name} failed (exit {proc.returncode}):\n{err[-4000:]}")
+        try:
+            stdout = proc.stdout.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RuntimeError(f"{script.name} printed invalid UTF-8 at byte {e.start} "
+                               f"({proc.stdout[max(0, e.start - 20):e.start + 4]!r}): print text, not bytes") from None
         values_file = scratch / "values.json"
         values = json.loads(values_file.read_text()) if values_file.is_file() else {}
-        files = {f"outputs/{name}.txt": proc.stdout.encode()}
-        figures = sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
+        bounds = values.pop("_error_bounds", {})
+        files = {f"outputs/{name}.txt": stdout.encode()}
+        figdir = scratch / "figures"
+        figures = sorted(figdir.glob("*.svg")) if figdir.is_dir() else []
         for fig in figures:
             files[f"figures/{fig.name}"] = fig.read_bytes()
+        names = sorted({f.stem.rsplit("_", 1)[0] for f in figures})
+        figure_data = {n: json.loads((figdir / f"{n}.json").read_text()) for n in names
+                       if (figdir / f"{n}.json").is_file()}
         provenance = {
-            "script": f"scripts/{name}.py", "model": label, "weights_sha256": sha,
-            "torch": torch.__version__, "python": platform.python_version(),
+            "script": script.relative_to(ROOT).as_posix(), "model": model.label, "official": model.official,
+            "weights_sha256": model.sha256, "torch": torch.__version__, "python": platform.python_version(),
             "device": f"cpu ({platform.machine()}, {THREADS} thread)", "dtype": values.pop("dtype", "float32"),
-            "seconds": round(seconds, 1), "values": values,
-            "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}),
+            "seconds": round(seconds, 1), "values": values, "error_bounds": bounds,
+            "figures": names, "figure_data": figure_data,
         }
         return files, provenance
     finally:
@@ -96,27 +155,73 @@ def provenance_bytes(p):
     return (json.dumps(p, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode()
 
 
-def same_except_time(old, new):
-    return {**old, "seconds": None} == {**new, "seconds": None}
+def differences(old, old_text, new, new_text):
+    """What a reader would see differ between two runs of one script (book/compare.py); [] when nothing."""
+    if old is None or old_text is None:
+        return ["no committed output"]
+    diffs = []
+    for key in sorted((set(old) | set(new)) - {"values", "figure_data", "error_bounds", *MACHINE_FIELDS}):
+        if old.get(key) != new.get(key):
+            diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    bounds = new.get("error_bounds", {})
+    if old.get("error_bounds", {}) != bounds:
+        diffs.append(f"error bounds: {old.get('error_bounds')} -> {bounds}")
+    old_values = old.get("values", {})
+    printed = {str(old_values[k]): b for k, b in bounds.items() if k in old_values}
+    diffs += compare_values(old_values, new.get("values", {}), bounds)
+    diffs += [f"printed output, {d}" for d in compare_text(old_text, new_text, printed)]
+    old_figs, new_figs = old.get("figure_data", {}), new.get("figure_data", {})
+    for name in sorted(set(old_figs) | set(new_figs)):
+        if name not in old_figs or name not in new_figs:
+            diffs.append(f"figure {name}: {'added' if name not in old_figs else 'removed'}")
+        else:
+            diffs += compare_figure(old_figs[name], new_figs[name], f"figure {name}")
+    return diffs
 
 
-def write_atomically(files):
-    """Stage every file next to its target, then rename: a failure leaves the old files, never half a set."""
+# ------------------------------------------------------------------ replacing a set of files, all or nothing
+def _journals(docs, names):
+    return [j for j in (docs / "outputs" / JOURNAL.format(n) for n in names) if j.is_file()]
+
+
+def finish_interrupted(docs, names):
+    """For these scripts: complete the renames an interrupted run listed, remove staged files no journal names."""
+    for journal in _journals(docs, names):
+        plan = json.loads(journal.read_text())
+        for tmp, target in plan["replace"]:
+            if (docs / tmp).exists():
+                os.replace(docs / tmp, docs / target)
+        for rel in plan["delete"]:
+            (docs / rel).unlink(missing_ok=True)
+        journal.unlink()
+    for folder in (docs / "outputs", docs / "figures"):
+        for name in names:
+            for stray in folder.glob(f".*.{name}{TEMP_SUFFIX}") if folder.is_dir() else ():
+                stray.unlink()
+
+
+def replace_set(docs, name, files, delete=()):
+    """Replace `files` ({path under docs: bytes}) and delete `delete`, as one: after a crash, all or none."""
     staged = []
     try:
         for rel, data in files.items():
-            target = ROOT / "docs" / rel
+            target = docs / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            with os.fdopen(fd, "wb") as fh:
+            tmp = target.with_name(f".{target.name}.{name}{TEMP_SUFFIX}")
+            with open(tmp, "wb") as fh:
                 fh.write(data)
-            staged.append((tmp, target))
-        for tmp, target in staged:
-            os.replace(tmp, target)
-    finally:
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((tmp.relative_to(docs).as_posix(), rel))
+        journal = docs / "outputs" / JOURNAL.format(name)
+        pending = journal.with_name(f".{journal.name}.{name}{TEMP_SUFFIX}")
+        pending.write_text(json.dumps({"replace": staged, "delete": sorted(delete)}))
+        os.replace(pending, journal)                       # from here on the set is committed
+    except BaseException:
         for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            (docs / tmp).unlink(missing_ok=True)
+        raise
+    finish_interrupted(docs, [name])
 
 
 def main(argv=None):
@@ -125,55 +230,83 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="compare with the committed outputs; write nothing")
     ap.add_argument("--retime", action="store_true",
                     help="record this run's times even where the outputs are the same (run on a quiet machine)")
+    ap.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S",
+                    help=f"stop a script that runs longer than S seconds (default {TIMEOUT})")
     args = ap.parse_args(argv)
+    docs = OUTPUTS.parent
+    names = chapter_scripts(args.scripts)
+    if args.check and _journals(docs, names):
+        print(f"an interrupted regeneration left {_journals(docs, names)[0].relative_to(docs.parent)}: "
+              f"run `python -m book.regen` to finish it", file=sys.stderr)
+        return 1
+    if not args.check:
+        finish_interrupted(docs, names)
 
-    folder, label = choose_model()
-    sha = weights_sha256(folder)
-    print(f"model: {label} ({folder}), weights sha256 {sha[:12]}…")
-    differences, failures, unverified = [], [], []
-    for name in chapter_scripts(args.scripts):
-        json_path = OUTPUTS / f"{name}.json"
+    model = choose_model()
+    print(f"model: {model.label} ({model.folder}), weights sha256 {model.sha256[:12]}…")
+    try:
+        return _run_all(args, docs, names, model)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the script running was stopped and none of its files were written; "
+              "outputs already reported are complete", file=sys.stderr)
+        return 130
+
+
+def _run_all(args, docs, names, model):
+    found, failures, unverified = [], [], []
+    for name in names:
+        json_path = docs / "outputs" / f"{name}.json"
+        txt_path = docs / "outputs" / f"{name}.txt"
         old = json.loads(json_path.read_text()) if json_path.is_file() else None
+        old_text = txt_path.read_text() if txt_path.is_file() else None
+        run_model = {"diagrams": _config_model, "parity": _reference_model}.get(name, lambda: model)()
         try:
-            files, prov = run_script(name, folder, label, sha)
+            files, prov = run_script(name, run_model, args.timeout)
         except RuntimeError as e:
             failures.append(name)
             print(f"FAIL  {name}\n{e}", file=sys.stderr)
             continue
-        if old and old["model"] != TINY and label == TINY:     # official output, and only the tiny model here
-            unverified.append(name)
-            print(f"ran   {name} on the tiny model as a smoke test ({prov['seconds']} s); "
+        if old and old.get("official", old["model"] != TINY) and not run_model.official:
+            unverified.append(name)      # an official output, and only another checkpoint here: keep it
+            print(f"ran   {name} on the {run_model.label} as a smoke test ({prov['seconds']} s); "
                   f"its committed output was made with {old['model']} and is kept")
             continue
-        if old and same_except_time(old, prov) and not args.retime:
-            prov["seconds"] = old["seconds"]                   # same result: keep the file byte for byte
+        diffs = differences(old, old_text, prov, files[f"outputs/{name}.txt"].decode())
+        figure_files = [f"figures/{f}_{lang}.svg" for f in prov["figures"] for lang in ("zh", "en")]
+        missing = [rel for rel in figure_files if not (docs / rel).is_file()]
         stale = [f"figures/{f}_{lang}.svg" for f in (old or {}).get("figures", []) if f not in prov["figures"]
-                 for lang in ("zh", "en")]
-        files[f"outputs/{name}.json"] = provenance_bytes(prov)
-        changed = [rel for rel, data in files.items()
-                   if not (ROOT / "docs" / rel).is_file() or (ROOT / "docs" / rel).read_bytes() != data]
-        changed += [rel for rel in stale if (ROOT / "docs" / rel).is_file()]
+                 for lang in ("zh", "en") if (docs / "figures" / f"{f}_{lang}.svg").is_file()]
         if args.check:
-            # the time of a run is not a difference; everything else is
-            real = [rel for rel in changed if not (rel.endswith(".json") and old and same_except_time(old, prov))]
+            real = diffs + [f"missing {rel}" for rel in missing]
             if real:
-                differences.append((name, real))
-            print(f"{'DIFF' if real else 'same'}  {name} ({prov['seconds']} s){': ' + ', '.join(real) if real else ''}")
-        else:
-            write_atomically({rel: files[rel] for rel in changed if rel in files})
-            for rel in stale:
-                (ROOT / "docs" / rel).unlink(missing_ok=True)
-            print(f"{'wrote' if changed else 'same '} {name} ({prov['seconds']} s)"
-                  f"{': ' + ', '.join(changed) if changed else ''}")
+                found.append(name)
+            print(f"{'DIFF' if real else 'same'}  {name} ({prov['seconds']} s)")
+            for d in real[:12]:
+                print(f"      {d}")
+            if len(real) > 12:
+                print(f"      … and {len(real) - 12} more")
+            continue
+        if not diffs and not missing and not args.retime:
+            print(f"same  {name} ({prov['seconds']} s)")
+            continue
+        if not diffs and not missing:                      # --retime: the committed files, this run's time
+            kept = {**old, **{k: prov[k] for k in MACHINE_FIELDS}}
+            replace_set(docs, name, {f"outputs/{name}.json": provenance_bytes(kept)})
+            print(f"timed {name} ({prov['seconds']} s)")
+            continue
+        files[f"outputs/{name}.json"] = provenance_bytes(prov)
+        replace_set(docs, name, files, stale)
+        print(f"wrote {name} ({prov['seconds']} s): " + (diffs[0] if diffs else "figures were missing")
+              + (f" (+{len(diffs) - 1} more differences)" if len(diffs) > 1 else ""))
     if unverified:
         print(f"{len(unverified)} output(s) made with the official weights could not be verified here "
               f"(no weights): {', '.join(unverified)}")
     if failures:
         print(f"{len(failures)} script(s) failed: {', '.join(failures)}", file=sys.stderr)
-    if differences:
-        print(f"{len(differences)} script(s) differ from the committed outputs; run `python -m book.regen` "
-              f"and commit the result", file=sys.stderr)
-    return 1 if failures or differences else 0
+    if found:
+        print(f"{len(found)} script(s) differ from the committed outputs: {', '.join(found)}; run "
+              f"`python -m book.regen {' '.join(found)}` and commit the result", file=sys.stderr)
+    return 1 if failures or found else 0
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ def draw(t):
     b.set_xlabel(t("按大小排序后取前多少通道（比例）",
                    "share of hidden channels, largest first"))
     b.set_ylabel(t("累计能量占比", "share of energy"))
-    b.set_title(t("少数通道承担大部分能量", "A few channels carry most of the energy"))
+    b.set_title(t("隐藏通道按能量排序后的累计能量占比",
+                   "Cumulative share of energy, channels sorted by energy"))
     for ax in (a, b):
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()

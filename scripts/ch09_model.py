@@ -71,9 +71,9 @@ def draw(t):
         ax.legend(fontsize=8)
         ax.spines[["top", "right"]].set_visible(False)
     a.set_yscale("log")
-    a.set_title(t("残差流逐层变大", "The residual stream grows layer by layer"))
-    b.set_title(t("预测是逐层形成的（logit lens）",
-                  "The prediction forms layer by layer (logit lens)"))
+    a.set_title(t("每层之后残差流的 RMS", "RMS of the residual stream after each layer"))
+    b.set_title(t("logit lens：在每层停下时最终 token 的概率",
+                  "Logit lens: p(final token) if the model stopped at each layer"))
     fig.tight_layout()
     return fig
 

@@ -1,5 +1,6 @@
 """Tiny transformers reference models with every parameter random, and our model loaded with the same weights."""
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -63,9 +64,14 @@ def our_model(ref):
     return load(Qwen(our_config(ref.config)), W).requires_grad_(False)
 
 
+MEASURED = []      # (test, name, max |diff|, tolerance) of every comparison: tests/parity_report.py records them
+
+
 def max_diff(name, ours, theirs, tol):
     """Print the measured max |ours - theirs| (visible with pytest -s) and assert it is within tol."""
     d = (ours.float() - theirs.float()).abs().max().item()
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rpartition("::")[2]
+    MEASURED.append((test, name, d, tol))
     print(f"{name}: max |diff| = {d:.2e}  (tolerance {tol:.0e})")
     assert d <= tol, f"{name}: max |diff| {d:.3e} > {tol:.0e}"
     return d
