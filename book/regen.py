@@ -140,7 +140,7 @@ def run_script(name, model, timeout=TIMEOUT):
         figure_data = {n: json.loads((figdir / f"{n}.json").read_text()) for n in names
                        if (figdir / f"{n}.json").is_file()}
         provenance = {
-            "script": script.relative_to(ROOT).as_posix(), "model": model.label, "official": model.official,
+            "script": script.relative_to(ROOT).as_posix() if script.is_relative_to(ROOT) else f"scripts/{script.name}", "model": model.label, "official": model.official,
             "weights_sha256": model.sha256, "torch": torch.__version__, "python": platform.python_version(),
             "device": f"cpu ({platform.machine()}, {THREADS} thread)", "dtype": values.pop("dtype", "float32"),
             "seconds": round(seconds, 1), "values": values, "error_bounds": bounds,

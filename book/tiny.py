@@ -118,18 +118,27 @@ def _key():
 
 
 def path():
-    """The tiny model's folder, built first if the cache is missing or stale. Safe against a half-written build."""
-    folder = Path(os.environ.get("BOOK_TINY_DIR", ROOT / ".cache" / "tiny-qwen3.5"))
+    """The tiny model's folder, built first if it is missing. A folder is named by its recipe's key and never
+    replaced: concurrent callers either find it complete or build their own copy and keep the first one renamed
+    into place, so no caller is ever handed a folder that is being written or removed.
+
+    $BOOK_TINY_DIR sets where the folders live (default .cache/ in the repository).
+    """
+    base = Path(os.environ.get("BOOK_TINY_DIR", ROOT / ".cache"))
     key = _key()
-    if (folder / "BUILD_KEY").is_file() and (folder / "BUILD_KEY").read_text() == key:
+    folder = base / f"tiny-qwen3.5-{key}"
+    if (folder / "BUILD_KEY").is_file():
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tiny-"))
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=base, prefix=".tiny-"))
     try:
         build(tmp)
-        (tmp / "BUILD_KEY").write_text(key)
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.rename(folder)                          # atomic: readers see the old folder or the complete new one
+        (tmp / "BUILD_KEY").write_text(key)          # written last: a folder with it is complete
+        try:
+            tmp.rename(folder)                       # atomic; fails if another build got there first
+        except OSError:
+            if not (folder / "BUILD_KEY").is_file():
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder

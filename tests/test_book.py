@@ -36,6 +36,7 @@ def _fake_repo(tmp_path, monkeypatch, scripts):
     monkeypatch.setattr(regen, "ROOT", tmp_path)
     monkeypatch.setattr(regen, "SCRIPTS", tmp_path / "scripts")
     monkeypatch.setattr(regen, "OUTPUTS", tmp_path / "docs" / "outputs")
+    monkeypatch.setattr(regen, "EXTRA", {})
     return tmp_path / "docs"
 
 

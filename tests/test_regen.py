@@ -1,0 +1,217 @@
+"""Regeneration that passes on any CPU, fails on a real change, and cannot leave a mess."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from book import regen, tiny
+from book.compare import compare_figure, compare_text, same_number
+
+ROOT = Path(__file__).resolve().parent.parent
+# Another machine's kernels, on this one: no AVX in ATen's own loops, MKL and oneDNN on SSE only.
+OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+FIGURE_SCRIPTS = ["ch04_rope", "ch07_chunked", "ch09_model"]     # the outputs whose SVGs move in the last bits
+
+
+# ------------------------------------------------------------------------------------ what counts as the same
+@pytest.mark.parametrize("old, new, same", [
+    ("0.62", "0.63", True), ("0.62", "0.64", False), ("1,117,326", "1,117,327", True), ("6", "7", False),
+    ("1,117,326", "1,117,426", False), ("6.3e-05", "6.4e-05", True), ("6.3e-05", "6.5e-05", False),
+    ("752,393,024", "752,393,024", True), ("-0.03", "-0.02", True), ("-0.03", "0.03", False),
+])
+def test_a_number_is_the_same_to_one_unit_of_its_last_digit(old, new, same):
+    assert same_number(old, new) is same
+
+
+def test_printed_text_compares_words_exactly_and_numbers_to_their_precision():
+    old = "theta 1e+07: one turn takes 6.3 tokens, 1,117,326 at the slowest\n6 token ids"
+    assert compare_text(old, old.replace("6.3", "6.4").replace("1,117,326", "1,117,325")) == []
+    assert compare_text(old, old.replace("6 token", "7 token"))
+    assert compare_text(old, old.replace("slowest", "fastest"))
+    assert compare_text(old, old + "\nanother line")
+    assert compare_text("max |diff| 3.0e-08", "max |diff| 9.1e-07", {"3.0e-08": 1e-5}) == []   # below its bound
+    assert compare_text("max |diff| 3.0e-08", "max |diff| 2.0e-05", {"3.0e-08": 1e-5})
+
+
+def test_a_figure_is_its_texts_and_its_data_to_a_tenth_of_a_percent():
+    fig = {"texts": {"en": {"title": "RMS"}}, "data": [[[0.0, 1.0, 2.0, 10.0]]]}
+    moved = json.loads(json.dumps(fig))
+    moved["data"][0][0][1] += 1e-4                        # 1e-5 of the span: invisible
+    assert compare_figure(fig, moved) == []
+    moved["data"][0][0][1] += 0.1                         # 1% of the span
+    assert compare_figure(fig, moved)
+    relabelled = json.loads(json.dumps(fig))
+    relabelled["texts"]["en"]["title"] = "rms"
+    assert compare_figure(fig, relabelled)
+
+
+# ------------------------------------------------------------------------------------ on the real outputs
+def test_check_passes_with_another_cpus_kernels_and_those_kernels_really_differ(tmp_path):
+    """The committed figures were made with this machine's AVX2 kernels. With SSE-only kernels the SVG bytes
+    differ (shown first), and `--check` still passes: it compares what a reader sees."""
+    folder = tiny.path()
+    svgs = {}
+    for label, extra in (("native", {}), ("other", OTHER_KERNELS)):
+        out = tmp_path / label
+        env = {**os.environ, **extra, "BOOK_OUT": str(out), "QWEN_MODEL": str(folder), "MPLBACKEND": "Agg",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "scripts/ch07_chunked.py"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)
+        svgs[label] = (out / "figures" / "ch07_chunked_en.svg").read_bytes()
+    assert svgs["native"] != svgs["other"], "these kernels give the same bits here: the test proves nothing"
+    proc = subprocess.run([sys.executable, "-m", "book.regen", "--check", *FIGURE_SCRIPTS], cwd=ROOT,
+                          env={**os.environ, **OTHER_KERNELS}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _copy_outputs(tmp_path, monkeypatch, names):
+    docs = tmp_path / "docs"
+    for name in names:
+        (docs / "outputs").mkdir(parents=True, exist_ok=True)
+        (docs / "figures").mkdir(parents=True, exist_ok=True)
+        for suffix in (".json", ".txt"):
+            shutil.copy(ROOT / "docs" / "outputs" / f"{name}{suffix}", docs / "outputs")
+        for fig in json.loads((docs / "outputs" / f"{name}.json").read_text())["figures"]:
+            for lang in ("zh", "en"):
+                shutil.copy(ROOT / "docs" / "figures" / f"{fig}_{lang}.svg", docs / "figures")
+    monkeypatch.setattr(regen, "OUTPUTS", docs / "outputs")
+    return docs
+
+
+def test_check_fails_on_a_small_real_change(tmp_path, monkeypatch, capsys):
+    docs = _copy_outputs(tmp_path, monkeypatch, ["ch04_rope"])
+    assert regen.main(["--check", "ch04_rope"]) == 0
+    prov_path = docs / "outputs" / "ch04_rope.json"
+    original = prov_path.read_text()
+    prov = json.loads(original)
+    series = prov["figure_data"]["ch04_rope_frequencies"]["data"][1][0]    # the right panel's curve
+    span = max(series) - min(series)
+    series[len(series) // 2] += 0.01 * span                               # one point moved by 1% of the span
+    prov_path.write_text(json.dumps(prov))
+    capsys.readouterr()
+    assert regen.main(["--check", "ch04_rope"]) == 1
+    assert "figure ch04_rope_frequencies" in capsys.readouterr().out
+    prov_path.write_text(original.replace('"One query dotted with itself', '"A query dotted with itself'))
+    assert regen.main(["--check", "ch04_rope"]) == 1
+    assert "title" in capsys.readouterr().out
+    prov_path.write_text(original)
+    txt = docs / "outputs" / "ch04_rope.txt"
+    txt.write_text(txt.read_text().replace("6.3 tokens", "6.5 tokens"))
+    assert regen.main(["--check", "ch04_rope"]) == 1
+    assert "6.5 tokens" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ no mess
+def _fake_repo(tmp_path, monkeypatch, scripts):
+    (tmp_path / "scripts").mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (tmp_path / "scripts" / f"{name}.py").write_text(textwrap.dedent(body))
+    monkeypatch.setattr(regen, "SCRIPTS", tmp_path / "scripts")
+    monkeypatch.setattr(regen, "OUTPUTS", tmp_path / "docs" / "outputs")
+    monkeypatch.setattr(regen, "EXTRA", {})
+    return tmp_path / "docs"
+
+
+TWO_FIGURES = """
+import os
+from book.out import save_figure
+run = os.environ.get("RUN", "1")
+print("run", run)
+def draw(t):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(); ax.plot([1, 2, int(run)]); ax.set_title(t("第" + run, "run " + run)); return fig
+save_figure("ch98_fig", draw)
+"""
+
+
+def test_an_interrupted_replacement_is_all_or_nothing(tmp_path, monkeypatch, capsys):
+    docs = _fake_repo(tmp_path, monkeypatch, {"ch98_fig": TWO_FIGURES})
+    monkeypatch.setenv("RUN", "1")
+    assert regen.main([]) == 0
+    monkeypatch.setenv("RUN", "2")
+    real_replace, calls = os.replace, []
+
+    def killed_after_two(src, dst):                       # the journal, then one file: then the power goes
+        calls.append(dst)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(regen.os, "replace", killed_after_two)
+    assert regen.main([]) == 130
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1          # Ctrl-C: one line
+    monkeypatch.setattr(regen.os, "replace", real_replace)
+    assert regen.main(["--check"]) == 1                                    # the check names the unfinished run
+    assert "interrupted regeneration" in capsys.readouterr().err
+    assert regen.main([]) == 0                                             # the next run finishes it
+    files = {p.name for p in docs.rglob("*")}
+    assert not [f for f in files if f.startswith(".")], files               # no journal, no staged file left
+    assert (docs / "outputs" / "ch98_fig.txt").read_text() == "run 2\n"
+    for lang in ("zh", "en"):                                              # both editions from the same run
+        assert "run 2" in json.loads((docs / "outputs" / "ch98_fig.json").read_text())["figure_data"][
+            "ch98_fig"]["texts"]["en"]["axes"][0]["title"][1]
+    assert regen.main(["--check"]) == 0
+
+
+def test_a_script_that_hangs_is_stopped_and_named(tmp_path, monkeypatch, capsys):
+    _fake_repo(tmp_path, monkeypatch, {"ch98_slow": "import time\ntime.sleep(60)\n", "ch99_fast": "print('ok')\n"})
+    start = time.monotonic()
+    assert regen.main(["--timeout", "2"]) == 1
+    assert time.monotonic() - start < 30
+    err = capsys.readouterr().err
+    assert "ch98_slow.py ran longer than 2 s and was stopped" in err
+
+
+def test_invalid_utf8_is_reported_and_the_other_scripts_still_run(tmp_path, monkeypatch, capsys):
+    docs = _fake_repo(tmp_path, monkeypatch, {
+        "ch97_bytes": "import sys\nsys.stdout.buffer.write(b'caf\\xe9\\n')\n", "ch98_good": "print('fine')\n"})
+    assert regen.main([]) == 1
+    assert "ch97_bytes.py printed invalid UTF-8 at byte 3" in capsys.readouterr().err
+    assert (docs / "outputs" / "ch98_good.txt").read_text() == "fine\n"
+    assert not (docs / "outputs" / "ch97_bytes.txt").exists()
+
+
+def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "ch98_slow.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    driver = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from book import regen
+        regen.SCRIPTS = Path({str(tmp_path / 'scripts')!r})
+        regen.OUTPUTS = Path({str(tmp_path / 'docs' / 'outputs')!r})
+        regen.EXTRA = {{}}
+        sys.exit(regen.main([]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, env={**os.environ, "TMPDIR": str(scratch)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(scratch.glob("regen-ch98_slow-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
+    assert list(scratch.iterdir()) == []
+
+
+def test_concurrent_tiny_builds_hand_out_only_complete_folders(tmp_path):
+    env = {**os.environ, "BOOK_TINY_DIR": str(tmp_path)}
+    code = "from book import tiny; import os; p = tiny.path(); print(p, sorted(os.listdir(p)))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1]                                     # one folder, complete, for both callers
+    assert "BUILD_KEY" in outs[0] and "tokenizer.json" in outs[0]
+    assert [p.name for p in tmp_path.iterdir()] == [Path(outs[0].split(" ")[0]).name]   # no half builds left
