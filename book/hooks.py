@@ -1,10 +1,13 @@
 """mkdocs hooks: the page macros of CONTRIBUTING.md, edit/report links, and notebooks under static-i18n."""
+import html
 import json
+import posixpath
 import re
 from pathlib import Path, PurePosixPath
 
 import yaml
 from mkdocs.exceptions import PluginError
+from mkdocs.plugins import CombinedEvent, event_priority
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -12,19 +15,29 @@ MACRO = re.compile(r"\{\{\s*(\w+)(?:\((.*?)\))?\s*\}\}")
 
 TEXT = {
     "zh": {
-        "runs": "运行 `{script}`，实测 {seconds} 秒（{model}，{device}，torch {torch}）",
+        "runs_title": "本章运行",
+        "runs": "`{script}`，实测 {seconds} 秒（{model}，{device}，torch {torch}）",
         "tiny": "微型测试模型",
+        "output_title": "输出",
+        "measured": "实测：`{script}` · {model} · {machine} · {threads} 线程 · {date} · torch {torch} · {dtype}",
+        "unofficial": "不是官方权重",
+        "unofficial_note": "这份输出来自 {model}，不是 Qwen/Qwen3.5-0.8B 的官方权重。",
         "tiny_note": "这份输出来自**微型测试模型**（形状与官方一致但极小、权重随机），不是 Qwen3.5-0.8B。"
-                     "下载官方权重后运行 `python -m book.regen`，这里就换成真模型的结果。",
+                     "下载官方权重后运行 `make regen`，这里就换成真模型的结果。",
         "provenance": "来源：`{script}` · {model} · 权重 sha256 `{sha}` · torch {torch} · {device} · {dtype} · {seconds} 秒",
         "legend": "+ 本章新增 · ~ 本章修改 · 其余来自前面各章",
         "edit": "发现错误，或有更好的讲法？[在 GitHub 上编辑本页]({edit}) · [报告问题]({issue})",
     },
     "en": {
-        "runs": "Runs `{script}`, measured {seconds} s ({model}, {device}, torch {torch})",
+        "runs_title": "What this chapter runs",
+        "runs": "`{script}`, measured {seconds} s ({model}, {device}, torch {torch})",
         "tiny": "tiny test model",
+        "output_title": "Output",
+        "measured": "Measured: `{script}` · {model} · {machine} · {threads} threads · {date} · torch {torch} · {dtype}",
+        "unofficial": "not the official weights",
+        "unofficial_note": "This output comes from {model}, not from the official Qwen/Qwen3.5-0.8B weights.",
         "tiny_note": "This output comes from the **tiny test model** (the official layout, tiny sizes, random weights), "
-                     "not from Qwen3.5-0.8B. Download the official weights and run `python -m book.regen` to see "
+                     "not from Qwen3.5-0.8B. Download the official weights and run `make regen` to see "
                      "the real model's output here.",
         "provenance": "Provenance: `{script}` · {model} · weights sha256 `{sha}` · torch {torch} · {device} · {dtype} · {seconds} s",
         "legend": "+ new in this chapter · ~ changed in this chapter · the rest come from earlier chapters",
@@ -84,30 +97,37 @@ def tree(meta):
     return "\n".join(lines)
 
 
-def _macro(page, lang, match):
+def in_span(line, pos):
+    """Is position `pos` of a markdown line inside an inline code span (an odd number of backticks before it)?"""
+    return line[:pos].count("`") % 2 == 1
+
+
+def _macro(page, lang, match, in_code_span=False):
     name, args = match.group(1), match.group(2)
     args = [a.strip().strip("'\"") for a in args.split(",", 1)] if args else []
     t = TEXT[lang]
-    if name == "runs":
-        return t["runs"].format(**_fmt(_provenance(args[0]), lang))
+    if name == "runs":                          # a box of its own: the macro stands alone on its line
+        return f'!!! abstract "{t["runs_title"]}"\n    {t["runs"].format(**_fmt(_provenance(args[0]), lang))}\n'
     if name == "value":
         values = _provenance(args[0])["values"]
-        if args[1] not in values:
-            raise PluginError(f"{page.file.src_uri}: {args[0]} recorded no value {args[1]!r} (has {sorted(values)})")
-        return str(values[args[1]])
+        if len(args) < 2 or args[1] not in values:
+            raise PluginError(f"{page.file.src_uri}: {args[0]} recorded no value {args[1:]!r} (has {sorted(values)})")
+        if in_code_span:                         # inside `…` markdown shows text as it is: only a backtick breaks it
+            if "`" in str(values[args[1]]):
+                raise PluginError(f"{page.file.src_uri}: {args[0]}'s {args[1]} contains a backtick; "
+                                  f"take the value out of the code span")
+            return str(values[args[1]])
+        return as_text(values[args[1]])
     if name == "output":
         p = _provenance(args[0])
-        text = (DOCS / "outputs" / f"{args[0]}.txt").read_text()
-        block = f"```text\n{text.rstrip()}\n```\n\n<small>{t['provenance'].format(**_fmt(p, lang))}</small>\n"
-        if p["model"] == "tiny test model":
-            block += f"\n!!! warning \"{t['tiny']}\"\n    {t['tiny_note']}\n"
-        return block
+        return output_block((DOCS / "outputs" / f"{args[0]}.txt").read_text(), p, lang) + _provenance_note(p, lang)
     if name == "figure":
         fig = f"figures/{args[0]}_{lang}.svg"
         if not (DOCS / fig).is_file():
             raise PluginError(f"{page.file.src_uri}: no figure {fig}: run `python -m book.regen`")
         up = "../" * (len(PurePosixPath(page.file.src_uri).parts) - 1)
-        return f"![{args[1] if len(args) > 1 else args[0]}]({up}{fig})"
+        alt = as_text(args[1] if len(args) > 1 else args[0]).replace("[", "\\[").replace("]", "\\]")
+        return f"![{alt}]({up}{fig})\n\n" + _provenance_note(figure_provenance(args[0]), lang)
     if name == "tree":
         if "chapter" not in page.meta:
             raise PluginError(f"{page.file.src_uri}: {{{{ tree }}}} needs `chapter:` in the front matter")
@@ -115,15 +135,101 @@ def _macro(page, lang, match):
     raise PluginError(f"{page.file.src_uri}: unknown macro {match.group(0)}")
 
 
+# ---------------------------------------------------------------- outputs are text: they never become markup
+SNIPPET = re.compile(r"(-{1,}8<-{1,})")        # pymdownx.snippets would include a file named after it
+
+
+def as_text(value):
+    """A recorded value as literal text in prose: no HTML, no markdown emphasis, no macro, no snippet."""
+    text = html.escape(str(value), quote=False)
+    text = re.sub(r"([\\`*_{}\[\]<>#|~])", r"\\\1", text)
+    return SNIPPET.sub(lambda m: m.group(1).replace("8<", "8&lt;"), text)
+
+
+def output_block(text, p, lang):
+    """A printed output as a fenced text block, whatever it contains: the fence is longer than any run of
+    backticks inside, so a ``` line cannot end it; inside a fence HTML and {{ }} are shown, not run."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    body = "\n".join(";" + line if SNIPPET.search(line) and line.lstrip().startswith(("-", ";")) else line
+                     for line in text.rstrip().split("\n"))
+    return f'{fence}text title="{TEXT[lang]["output_title"]}"\n{body}\n{fence}\n\n'
+
+
+def figure_provenance(name):
+    """The provenance of the run that drew figure `name` (the output whose json lists it)."""
+    for path in sorted((DOCS / "outputs").glob("*.json")):
+        p = json.loads(path.read_text())
+        if name in p.get("figures", []):
+            return p
+    raise PluginError(f"no output lists the figure {name}: run `python -m book.regen`")
+
+
+def is_tiny(p):
+    return p["model"] == "tiny test model"
+
+
+def _provenance_note(p, lang):
+    t = TEXT[lang]
+    note = f"<small>{t['provenance'].format(**_fmt(p, lang))}</small>\n"
+    if p.get("measured"):
+        note = f"<small>{t['measured'].format(**_fmt(p, lang), machine=html.escape(str(p.get('machine', '?'))), threads=p.get('threads', '?'), date=p.get('date', '?'))}</small>\n"
+    if is_tiny(p):
+        note += f"\n!!! warning \"{t['tiny']}\"\n    {t['tiny_note']}\n"
+    elif not p.get("official", True) and not p.get("measured"):
+        note += f"\n!!! warning \"{t['unofficial']}\"\n    {t['unofficial_note'].format(model=html.escape(p['model']))}\n"
+    return note
+
+
+BLOCK = re.compile(r"^\s*\{\{\s*(tiny|official)\((.*?)\)\s*\}\}\s*$")
+END = re.compile(r"^\s*\{\{\s*end\s*\}\}\s*$")
+
+
+def conditional_blocks(lines, page):
+    """Keep `{{ tiny("chNN") }} … {{ end }}` only while chNN's output is the tiny model's, and
+    `{{ official("chNN") }} … {{ end }}` only once it is the official weights': interpretation follows provenance."""
+    out, keep, opened = [], True, None
+    for n, line in enumerate(lines, 1):
+        m = BLOCK.match(line)
+        if m:
+            if opened:
+                raise PluginError(f"{page.file.src_uri}:{n}: {{{{ {m.group(1)} }}}} inside another block (line {opened})")
+            p = _provenance(m.group(2).strip().strip("'\""))
+            keep = is_tiny(p) if m.group(1) == "tiny" else bool(p.get("official")) and not is_tiny(p)
+            opened = n
+            continue
+        if END.match(line):
+            if not opened:
+                raise PluginError(f"{page.file.src_uri}:{n}: {{{{ end }}}} without an opening block")
+            keep, opened = True, None
+            continue
+        if keep:
+            out.append(line)
+    if opened:
+        raise PluginError(f"{page.file.src_uri}:{opened}: block without {{{{ end }}}}")
+    return out
+
+
+@event_priority(100)
+def on_config(config):
+    """The pages' outputs and figures are read from the docs folder this build uses (tests build copies)."""
+    global DOCS
+    DOCS = Path(config.docs_dir)
+    return config
+
+
 def on_page_markdown(markdown, page, config, files):
     lang = _lang(page)
     if page.file.src_uri.endswith(".ipynb"):
         return markdown
+    interrupted = sorted((DOCS / "outputs").glob(".regen-journal-*.json"))
+    if interrupted:
+        raise PluginError(f"an interrupted regeneration left {interrupted[0].name}: run `python -m book.regen`")
     out, in_code = [], False
-    for line in markdown.split("\n"):            # macros outside code blocks only
+    for line in conditional_blocks(markdown.split("\n"), page):     # macros outside code blocks only
         if line.lstrip().startswith("```"):
             in_code = not in_code
-        out.append(line if in_code else MACRO.sub(lambda m: _macro(page, lang, m), line))
+        out.append(line if in_code else MACRO.sub(lambda m: _macro(page, lang, m, in_span(line, m.start())), line))
     markdown = "\n".join(out)
     repo = config.repo_url.rstrip("/")
     edit = f"{repo}/edit/main/docs/{page.file.src_uri}"
@@ -147,3 +253,94 @@ def on_startup(command, dirty):
 
     create_i18n_file._keeps_notebooks = True
     folder.create_i18n_file = create_i18n_file
+
+
+# The site around the pages: each edition gets its own search index and its own 404 page. static-i18n builds the
+# editions one after the other into one folder, so each build overwrites site/404.html and the search plugin writes
+# one index holding both editions (Chinese results on English pages, an English stemmer on Chinese pages).
+SEARCH_PIPELINE = {"zh": ["trimmer", "stopWordFilter"], "en": ["trimmer", "stopWordFilter"]}  # no stemmer:
+# Material searches every word as a prefix (cache*), which never matches a stemmed index entry (cach)
+TEX = [(re.compile(r"\\\(|\\\)|\\\[|\\\]"), ""), (re.compile(r"\\text\{([^{}]*)\}"), r"\1"), (re.compile(r"\{,\}"), ","),
+       (re.compile(r"\\times\b"), "×"), (re.compile(r"\\cdot\b"), "·"), (re.compile(r"\\approx\b"), "≈"),
+       (re.compile(r"\\[,;! ]"), " ")]
+_not_found = {}
+
+
+def _edition(config):
+    i18n = config.plugins.get("i18n")
+    return (i18n.current_language if i18n else None) or "zh", i18n
+
+
+def _keep_404(config):
+    """After each edition's build: remember the 404 page it wrote (the next edition's build overwrites it)."""
+    lang, _ = _edition(config)
+    page = Path(config.site_dir) / "404.html"
+    if page.is_file():
+        _not_found[lang] = page.read_text()
+
+
+def _plain(text):
+    """Search snippets show text, not TeX delimiters: \\(t\\) -> t."""
+    for pattern, repl in TEX:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _split_site(config):
+    """After the last edition's build: one 404 page and one search index per edition."""
+    _, i18n = _edition(config)
+    if i18n is None or i18n.building:            # an inner build of static-i18n: the editions are not all there yet
+        return
+    site = Path(config.site_dir)
+    if "zh" in _not_found:
+        (site / "404.html").write_text(_not_found["zh"])
+    if "en" in _not_found:
+        (site / "en").mkdir(exist_ok=True)
+        (site / "en" / "404.html").write_text(_not_found["en"])
+    index_path = site / "search" / "search_index.json"
+    if not index_path.is_file():
+        return
+    index = json.loads(index_path.read_text())
+    for lang, folder in (("zh", site), ("en", site / "en")):
+        mine = [d for d in index["docs"] if d["location"].startswith("en/") == (lang == "en")]
+        docs = [{**d, "location": d["location"][3:] if lang == "en" else d["location"], "text": _plain(d["text"]),
+                 "title": _plain(d["title"])} for d in mine]
+        config_ = {**index["config"], "lang": [lang], "pipeline": SEARCH_PIPELINE[lang]}
+        (folder / "search").mkdir(parents=True, exist_ok=True)
+        (folder / "search" / "search_index.json").write_text(
+            json.dumps({"config": config_, "docs": docs}, ensure_ascii=False, separators=(",", ":")))
+
+
+on_post_build = CombinedEvent(event_priority(50)(_keep_404), event_priority(-200)(_split_site))
+
+
+NOTEBOOK_LINK = re.compile(r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:|#|/)([^"#?]+\.(?:md|ipynb))(#[^"]*)?"')
+
+
+def notebook_links(html, page, files):
+    """A lesson links pages as the repository holds them (../04-rope.md, embedding.ipynb), which also works in
+    Jupyter; mkdocs checks and rewrites such links only in Markdown pages, so here: each becomes the page's URL,
+    and a link to no page fails the build."""
+    here = PurePosixPath(page.file.src_uri).parent
+
+    def one(m):
+        target = posixpath.normpath((here / m.group(1)).as_posix())
+        file = files.get_file_from_path(target)
+        if file is None:
+            raise PluginError(f"{page.file.src_uri}: the link {m.group(1)} leads to no page ({target} does not exist)")
+        return f'href="{file.url_relative_to(page.file)}{m.group(2) or ""}"'
+
+    return NOTEBOOK_LINK.sub(one, html)
+
+
+def on_page_content(html, page, config, files):
+    """Notebooks skip on_page_markdown: give the lessons the same edit / report line as the chapters."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+    html = notebook_links(html, page, files)
+    from markdown import Markdown
+
+    repo = config.repo_url.rstrip("/")
+    line = TEXT[_lang(page)]["edit"].format(edit=f"{repo}/edit/main/docs/{page.file.src_uri}",
+                                            issue=f"{repo}/issues/new?title={page.file.src_uri}")
+    return html + "\n<hr>\n" + Markdown().convert(line) + "\n"

@@ -1,0 +1,109 @@
+"""Pages follow their outputs' provenance, numbers in prose are bound, and outputs render as text."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from book import prose
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_WORDS = re.compile(r"tiny test model|tiny model|微型测试模型|微型模型|random weights|随机权重|权重随机", re.I)
+EVIL = "before\n```\n<script>alert('pwned')</script>\n{{ value(\"ch02_embedding\", \"table_rows\") }}\n" \
+       "--8<-- \"README.md\"\n~~~\nafter"
+
+
+def build_copy(tmp_path, change_outputs):
+    """Build the site from a copy of the repository whose outputs `change_outputs(outputs, docs)` has edited."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "site", "node_modules",
+                                                              "__pycache__", ".pytest_cache", "out"))
+    change_outputs(repo / "docs" / "outputs", repo / "docs")
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=repo,
+                          capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "BOOK_EXECUTE_NOTEBOOKS": "false"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return site
+
+
+def chapter_html(site):
+    return {p: p.read_text() for p in sorted(site.rglob("index.html"))
+            if re.search(r"/\d\d-[^/]+/index\.html$", p.as_posix())}
+
+
+def visible(html):
+    """The page's text a reader sees: no tags, no scripts, no search data."""
+    html = re.sub(r"<script.*?</script>|<style.*?</style>", " ", html, flags=re.S)
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+@pytest.fixture(scope="module")
+def official_site(tmp_path_factory):
+    def as_official(outputs, docs):
+        for path in outputs.glob("*.json"):
+            p = json.loads(path.read_text())
+            if p["model"] == "tiny test model":
+                p.update(model="Qwen/Qwen3.5-0.8B", official=True)
+                path.write_text(json.dumps(p))
+    return build_copy(tmp_path_factory.mktemp("official"), as_official)
+
+
+def test_with_official_outputs_no_page_says_tiny_model(official_site):
+    pages = chapter_html(official_site)
+    assert len(pages) >= 24, sorted(pages)
+    said = {p.relative_to(official_site).as_posix(): sorted(set(TINY_WORDS.findall(visible(html))))
+            for p, html in pages.items()}
+    assert not {p: w for p, w in said.items() if w}, {p: w for p, w in said.items() if w}
+
+
+def test_with_tiny_outputs_pages_say_so(tmp_path):
+    """The other way round, on the real outputs: every chapter with an output carries the tiny-model label."""
+    site = build_copy(tmp_path, lambda outputs, docs: None)
+    for path, html in chapter_html(site).items():
+        if "book-output" in html or "Provenance" in html or "来源" in html:
+            assert TINY_WORDS.search(visible(html)), path
+
+
+def test_outputs_and_values_render_as_text(tmp_path):
+    def inject(outputs, docs):
+        (outputs / "ch02_embedding.txt").write_text(EVIL + "\n")
+        p = json.loads((outputs / "ch02_embedding.json").read_text())
+        p["values"]["evil"] = "<img src=x onerror=alert(1)> *bold* {{ runs(\"ch01_weights\") }} `tick`"
+        (outputs / "ch02_embedding.json").write_text(json.dumps(p))
+        for lang in ("zh", "en"):
+            page = docs / lang / "02-embedding.md"
+            page.write_text(page.read_text() + '\n\nEVIL-VALUE: {{ value("ch02_embedding", "evil") }} END\n')
+
+    site = build_copy(tmp_path, inject)
+    for html in (site / "02-embedding" / "index.html", site / "en" / "02-embedding" / "index.html"):
+        text = html.read_text()
+        assert "<script>alert('pwned')</script>" not in text and "<img src=x" not in text
+        assert "&lt;script&gt;alert(" in text                          # shown, as text
+        assert "after" in visible(text).split("pwned", 1)[1]             # the block did not end early
+        assert "Two commands" not in text                                # no README pulled in by the snippet line
+        assert 'value("ch02_embedding", "table_rows")' in visible(text).replace("&quot;", '"')  # not expanded
+        shown = visible(text).split("EVIL-VALUE:", 1)[1].split("END", 1)[0]
+        assert "&lt;img src=x" in shown and "*bold*" in shown.replace("\\", "") and "<strong>" not in shown
+        assert "runs(" in shown.replace("&quot;", '"')                    # the macro in a value stayed text
+
+
+# ------------------------------------------------------------------------------------ numbers in prose
+def test_no_number_a_run_recorded_is_typed_in_the_prose():
+    hits = {page.relative_to(ROOT).as_posix(): prose.typed_numbers(page) for page in prose.pages()}
+    hits = {p: h for p, h in hits.items() if h}
+    assert not hits, "\n".join(f"{p}: line {n}: {num} = {keys}" for p, h in hits.items() for n, num, keys in h)
+
+
+def test_the_typed_number_check_catches_a_typed_value(tmp_path):
+    page = tmp_path / "03-norm.md"
+    text = (ROOT / "docs" / "en" / "03-norm.md").read_text()
+    n_norms = json.loads((ROOT / "docs" / "outputs" / "ch03_norm.json").read_text())["values"]["n_norms"]
+    head, _, tail = text.rpartition('{{ value("ch03_norm", "n_norms") }}')      # the one that reads the output
+    page.write_text(head + str(n_norms) + tail + "\nThe largest difference was 8.29e-06.\n")
+    found = {num for _, num, _ in prose.typed_numbers(page)}
+    assert {str(n_norms), "8.29e-06"} <= found, found
