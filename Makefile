@@ -27,11 +27,11 @@ serve: $(VENV)/.book                 ## the book at http://127.0.0.1:8000, reloa
 test: $(VENV)/.test                  ## every test: library, parity, outputs --check, code blocks, strict build, lessons
 	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest
 
-regen: $(VENV)/.book                 ## rerun every chapter script and rewrite docs/outputs and docs/figures
-	$(PY) -m book.regen
+regen: $(VENV)/.test                 ## rerun every chapter script (and the parity report: needs transformers) and rewrite docs/outputs, docs/figures
+	HF_HUB_OFFLINE=1 $(PY) -m book.regen
 
-check: $(VENV)/.book
-	$(PY) -m book.regen --check
+check: $(VENV)/.test
+	HF_HUB_OFFLINE=1 $(PY) -m book.regen --check
 
 clean:
 	rm -rf $(VENV) site .cache

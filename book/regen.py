@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from book import tiny
+from book.checkpoint import identify
 from book.compare import compare_figure, compare_text, compare_values
 from qwen.weights import ModelNotFound, find_model
 
@@ -74,22 +75,8 @@ def choose_model():
         folder = find_model()
     except ModelNotFound:
         folder = tiny.path()
-    try:
-        from book.checkpoint import identify          # TEMP until book/checkpoint.py lands
-    except ImportError:
-        t = tiny.is_tiny(folder)
-        return Model(folder, TINY if t else "Qwen/Qwen3.5-0.8B", weights_sha256(folder), not t)
     ck = identify(folder)
     return Model(folder, TINY if ck.tiny else ck.label, ck.sha256, ck.official)
-
-
-def weights_sha256(folder):
-    h = hashlib.sha256()
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 24), b""):
-                h.update(block)
-    return h.hexdigest()
 
 
 def _config_model():
