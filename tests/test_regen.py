@@ -215,3 +215,26 @@ def test_concurrent_tiny_builds_hand_out_only_complete_folders(tmp_path):
     assert outs[0] == outs[1]                                     # one folder, complete, for both callers
     assert "BUILD_KEY" in outs[0] and "tokenizer.json" in outs[0]
     assert [p.name for p in tmp_path.iterdir()] == [Path(outs[0].split(" ")[0]).name]   # no half builds left
+
+
+def test_a_checkpoint_that_is_not_official_is_labelled_by_its_folder_and_keeps_official_outputs(
+        tmp_path, monkeypatch, capsys):
+    """A folder in the official layout whose weights are not the official files: labelled '<folder> (sha256 …)',
+    never 'Qwen/Qwen3.5-0.8B'; and it does not overwrite an output made with the official weights."""
+    other = tmp_path / "my-finetune"
+    shutil.copytree(tiny.path(), other)
+    config = json.loads((other / "config.json").read_text())
+    config.pop("book_tiny_test_model")
+    (other / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("QWEN_MODEL", str(other))
+    docs = _fake_repo(tmp_path, monkeypatch, {"ch97_new": "print('hi')\n", "ch98_official": "print('hi')\n"})
+    (docs / "outputs").mkdir(parents=True)
+    official = {"script": "scripts/ch98_official.py", "model": "Qwen/Qwen3.5-0.8B", "official": True,
+                "values": {}, "figures": []}
+    (docs / "outputs" / "ch98_official.json").write_text(json.dumps(official))
+    (docs / "outputs" / "ch98_official.txt").write_text("the real model\n")
+    assert regen.main([]) == 0
+    prov = json.loads((docs / "outputs" / "ch97_new.json").read_text())
+    assert prov["model"].startswith("my-finetune (sha256 ") and prov["official"] is False
+    assert (docs / "outputs" / "ch98_official.txt").read_text() == "the real model\n"
+    assert "its committed output was made with Qwen/Qwen3.5-0.8B and is kept" in capsys.readouterr().out
