@@ -1,19 +1,26 @@
 # The two set-up commands of the README: `make serve` (read the book) and `make test` (run every test).
-# Both start from nothing: they make .venv, install the CPU build of PyTorch first, then the project.
+# Both start from nothing: they make .venv, install PyTorch first, then the project.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip -q --disable-pip-version-check
 TORCH  ?= torch==2.13.0
-# Readers elsewhere can get the small CPU wheel with: make serve TORCH_INDEX=--index-url=https://download.pytorch.org/whl/cpu
-TORCH_INDEX ?=
+# PyTorch's CPU build by default (about 200 MB): from PyPI, Linux gets the CUDA build, about 20 nvidia packages and
+# several GB that a reader without a GPU does not need. Where the CPU index cannot be reached (only PyPI), PyPI's
+# build is installed instead, and make says so. With a GPU: make serve TORCH_INDEX=  (PyPI's CUDA build).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_URL := $(patsubst --index-url=%,%,$(TORCH_INDEX))
 
 .PHONY: serve test regen check clean
 
 $(VENV)/.book: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install "$(TORCH)" $(TORCH_INDEX)
+	@if [ -z "$(TORCH_URL)" ]; then $(PIP) install "$(TORCH)"; \
+	else echo "installing $(TORCH) (CPU build) from $(TORCH_URL)"; \
+	  $(PIP) install "$(TORCH)" --index-url "$(TORCH_URL)" --retries 1 --timeout 30 || { \
+	  echo "make: $(TORCH_URL) cannot be reached; installing $(TORCH) from PyPI instead (on Linux: the CUDA build)" >&2; \
+	  $(PIP) install "$(TORCH)"; }; fi
 	$(PIP) install -c constraints.txt -e ".[book]"
 	touch $@
 
@@ -27,11 +34,13 @@ serve: $(VENV)/.book                 ## the book at http://127.0.0.1:8000, reloa
 test: $(VENV)/.test                  ## every test: library, parity, outputs --check, code blocks, strict build, lessons
 	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest
 
-regen: $(VENV)/.test                 ## rerun every chapter script (and the parity report: needs transformers) and rewrite docs/outputs, docs/figures
+regen: $(VENV)/.test                 ## rerun every chapter script (and the parity report: needs transformers), rewrite docs/outputs, docs/figures, then the chapter notebooks
 	HF_HUB_OFFLINE=1 $(PY) -m book.regen
+	$(PY) -m book.notebooks
 
 check: $(VENV)/.test
 	HF_HUB_OFFLINE=1 $(PY) -m book.regen --check
+	$(PY) -m book.notebooks --check
 
 clean:
 	rm -rf $(VENV) site .cache

@@ -70,10 +70,13 @@ class Model:
 
 
 def choose_model():
-    """The checkpoint find_model() finds (labelled by what it is), else the tiny test model."""
+    """The checkpoint find_model() finds (labelled by what it is), else the tiny test model; an explicit
+    $QWEN_MODEL that does not hold a checkpoint is an error, never a silent fallback."""
     try:
         folder = find_model()
-    except ModelNotFound:
+    except ModelNotFound as e:
+        if os.environ.get("QWEN_MODEL"):             # a folder named by hand that is not there: say so, stop
+            raise SystemExit(f"error: {e}") from None
         folder = tiny.path()
     ck = identify(folder)
     return Model(folder, TINY if ck.tiny else ck.label, ck.sha256, ck.official)

@@ -6,6 +6,7 @@
 """
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from tokenizers import Tokenizer
 from qwen.chat import Chat
 from qwen.generate import TextStream, generate
 from qwen.model import from_pretrained
-from qwen.weights import ModelNotFound, find_model
+from qwen.weights import CheckpointError, ModelNotFound, find_model
 
 HELP = ("/think toggles thinking, /reset forgets the conversation, Ctrl-C stops an answer, "
         "Ctrl-D quits")
@@ -27,8 +28,27 @@ class Abort(Exception):
     """A problem the user can fix: printed as one message, no traceback."""
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A bad option is one line too: what is wrong, and where the options are listed."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def number(kind, ok, rule):
+    """An argparse type: the option's text as `kind`, refused unless ok(value)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {text}")
+        return value
+    return parse
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Chat with Qwen3.5-0.8B written by hand in PyTorch.")
+    p = Parser(description="Chat with Qwen3.5-0.8B written by hand in PyTorch.")
     p.add_argument("--prompt",
                    help="ask one question, print the answer and exit ('-' reads it from stdin)")
     p.add_argument("--model", type=Path,
@@ -37,21 +57,41 @@ def parse_args(argv):
                    help="use the book's tiny random test model (text is noise)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    p.add_argument("--quantize", choices=["int8"],
+                   help="int8 weights: half the bytes of bf16 to read per token (chapter 16)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--context", type=int,
+    at_least_1 = number(int, lambda n: n >= 1, "a whole number >= 1")
+    p.add_argument("--max-new-tokens", type=at_least_1, default=1024)
+    p.add_argument("--context", type=at_least_1,
                    help="most tokens per conversation (default: max_position_embeddings)")
     g = p.add_argument_group("sampling (defaults: the Qwen3.5 cards' non-thinking values; "
                              "--temperature 0 is greedy)")
-    g.add_argument("--temperature", type=float, default=0.7)
-    g.add_argument("--top-k", type=int, default=20, help="0 keeps every token")
-    g.add_argument("--top-p", type=float, default=0.8)
-    g.add_argument("--presence-penalty", type=float, default=1.5)
-    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--temperature", default=0.7, type=number(
+        float, lambda t: math.isfinite(t) and t >= 0, "a finite number >= 0 (0 is greedy)"))
+    g.add_argument("--top-k", default=20, help="0 keeps every token",
+                   type=number(int, lambda k: k >= 0, "a whole number >= 0 (0 keeps every token)"))
+    g.add_argument("--top-p", default=0.8,
+                   type=number(float, lambda q: 0 < q <= 1, "a number in (0, 1]"))
+    g.add_argument("--presence-penalty", default=1.5, help="0 turns it off", type=number(
+        float, lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0 (0 turns it off)"))
+    g.add_argument("--repetition-penalty", default=1.0, help="1 turns it off", type=number(
+        float, lambda x: math.isfinite(x) and x > 0, "a finite number > 0 (1 turns it off)"))
     g.add_argument("--seed", type=int, help="make sampling reproducible")
     return p.parse_args(argv)
+
+
+def utf8(text, where):
+    """`text`, or an Abort if it came from bytes that are not UTF-8 (Python keeps those bytes as
+    lone surrogates, which no tokenizer accepts)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        byte = text[e.start].encode("utf-8", "surrogateescape")
+        raise Abort(f"{where} is not valid UTF-8: byte 0x{byte.hex()} at character {e.start + 1}. "
+                    "Is the terminal set to UTF-8?") from None
+    return text
 
 
 def check_device(device):
@@ -81,35 +121,43 @@ def load_model(args):
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
     try:
-        model = from_pretrained(folder, DTYPES[args.dtype], args.device)
-    except (FileNotFoundError, ValueError) as e:
+        # the fast path (chapters 14-16) on the CPU, the clear modules elsewhere
+        model = from_pretrained(folder, DTYPES[args.dtype], args.device,
+                                fast=args.device == "cpu", quantize=args.quantize)
+    except (CheckpointError, FileNotFoundError, ValueError) as e:    # each names the file
         raise Abort(str(e))
+    try:
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as e:                                 # the tokenizers library raises Exception
+        raise Abort(f"{folder / 'tokenizer.json'} cannot be read ({e}): download it again")
     tiny = json.loads((folder / "config.json").read_text()).get("book_tiny_test_model", False)
-    return model, Tokenizer.from_file(str(folder / "tokenizer.json")), folder, tiny
+    return model, tok, folder, tiny
 
 
 # --8<-- [start:reply]
-def reply(model, tok, prompt, args, context):
-    """Stream the answer to `prompt` to stdout; return (text, stats line). Ctrl-C ends it early."""
-    ids = tok.encode(prompt).ids
+def reply(model, tok, ids, args, context):
+    """Stream the answer to the prompt `ids` to stdout; return (text, stats line).
+    Ctrl-C ends it early."""
     if len(ids) >= context:
         raise Abort(f"the prompt is {len(ids)} tokens; the context holds {context} (--context, "
                     f"max_position_embeddings), and the answer needs room too.")
     tokens = generate(model, ids, min(args.max_new_tokens, context - len(ids)),
                       args.temperature, args.top_k, args.top_p, args.presence_penalty,
                       args.repetition_penalty, seed=args.seed)
-    stream, text, n = TextStream(tok), "", 0
-    t0 = t1 = time.perf_counter()
+    stream, text, n, stopped = TextStream(tok), "", 0, False
+    start = time.perf_counter()
+    first = last = None                  # when the first token and the latest one arrived
     try:
         for token in tokens:
-            if n == 0:
-                t1 = time.perf_counter()  # the prompt is read and the first token chosen
+            last = time.perf_counter()
+            first = first or last        # the prompt is read and the first token chosen
             n += 1
             piece = stream.push(token)
             print(piece, end="", flush=True)
             text += piece
     except KeyboardInterrupt:
         tokens.close()
+        stopped = True
         piece = stream.flush()
         print(f"{piece} [stopped]", end="")
         text += piece
@@ -117,12 +165,14 @@ def reply(model, tok, prompt, args, context):
         piece = stream.flush()
         print(piece, end="")
         text += piece
-    t2 = time.perf_counter()
+    end = time.perf_counter()
     print(flush=True)
-    t1 = t1 if n else t2
-    stats = f"[prefill {len(ids)} tokens, {len(ids) / max(t1 - t0, 1e-9):.1f} tok/s"
-    if n > 1:
-        stats += f" | decode {n - 1} tokens, {(n - 1) / max(t2 - t1, 1e-9):.1f} tok/s"
+    if stopped and first is None:        # Ctrl-C before the prefill finished: no speed to report
+        return text, f"[stopped during the prefill of {len(ids)} tokens, after {end - start:.1f} s]"
+    first = first or end                 # no token: the first one chosen was a stop token
+    stats = f"[prefill {len(ids)} tokens, {len(ids) / max(first - start, 1e-9):.1f} tok/s"
+    if n > 1:                            # tokens 2..n came between the first and the last
+        stats += f" | decode {n - 1} tokens, {(n - 1) / max(last - first, 1e-9):.1f} tok/s"
     return text, stats + "]"
 # --8<-- [end:reply]
 
@@ -136,13 +186,16 @@ def chat_loop(model, tok, args, context):
         pass
     while True:
         try:
-            line = input("\n> ").strip()
+            line = utf8(input("\n> "), "that line").strip()
         except KeyboardInterrupt:
             print("\n(Ctrl-D quits)")
             continue
         except EOFError:
             print()
             return
+        except Abort as e:
+            print(f"({e} Type it again.)")
+            continue
         if not line:
             continue
         if line in ("/exit", "/quit"):
@@ -158,8 +211,9 @@ def chat_loop(model, tok, args, context):
         if line.startswith("/"):
             print(f"(unknown command {line.split()[0]}; {HELP})")
             continue
+        chat.ask(line)
         try:
-            text, stats = reply(model, tok, chat.ask(line), args, context)
+            text, stats = reply(model, tok, chat.ids(tok), args, context)
         except Abort as e:
             chat.messages.pop()                               # forget the turn that did not fit
             print(f"({e} /reset starts a new conversation.)")
@@ -171,13 +225,16 @@ def chat_loop(model, tok, args, context):
 
 def main(argv=None):
     args = parse_args(argv)
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")   # a bad byte is reported, not fatal
     try:
         if args.prompt == "-":
-            args.prompt = sys.stdin.read()
+            args.prompt = utf8(sys.stdin.read(), "the prompt on stdin")
+        for name in ("prompt", "system"):
+            if getattr(args, name) is not None:
+                utf8(getattr(args, name), f"--{name}")
         if args.prompt is not None and not args.prompt.strip():
             raise Abort("the prompt is empty: --prompt \"your question\"")
-        if args.max_new_tokens < 1:
-            raise Abort("--max-new-tokens must be at least 1")
         check_device(args.device)
         model, tok, folder, tiny = load_model(args)
         context = min(args.context or model.cfg.max_position_embeddings,
@@ -186,7 +243,8 @@ def main(argv=None):
             print("(the tiny test model: random weights, so the text is random)", file=sys.stderr)
         if args.prompt is not None:
             chat = Chat(system=args.system, thinking=args.think)
-            text, stats = reply(model, tok, chat.ask(args.prompt), args, context)
+            chat.ask(args.prompt)
+            text, stats = reply(model, tok, chat.ids(tok), args, context)
             print(stats, file=sys.stderr)
             return 0
         print(f"{folder.name} on {args.device} ({args.dtype}), "

@@ -238,3 +238,11 @@ def test_a_checkpoint_that_is_not_official_is_labelled_by_its_folder_and_keeps_o
     assert prov["model"].startswith("my-finetune (sha256 ") and prov["official"] is False
     assert (docs / "outputs" / "ch98_official.txt").read_text() == "the real model\n"
     assert "its committed output was made with Qwen/Qwen3.5-0.8B and is kept" in capsys.readouterr().out
+
+
+def test_an_explicit_qwen_model_that_is_not_there_is_an_error_not_a_fallback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "book.regen", "--check", "ch01_weights"], cwd=ROOT,
+                          env={**os.environ, "QWEN_MODEL": str(tmp_path / "typo")}, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert f"QWEN_MODEL={tmp_path / 'typo'} does not exist" in proc.stderr
+    assert "same" not in proc.stdout                           # nothing ran on another model instead
