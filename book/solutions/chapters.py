@@ -1,0 +1,247 @@
+"""Solutions to the chapters' exercises (book/exercises.py checks them); each page shows its own in a collapsed
+block, included from the named sections below."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from book.tokenizer import bytes_to_unicode
+from qwen.cache import Cache
+from qwen.chat import strip_thinking
+from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
+
+
+# --8<-- [start:ch01_short_name]
+def short_name(name):
+    """The name inside our modules, or None for the vision tower and the MTP head."""
+    if name.startswith(("model.visual.", "mtp.")):
+        return None
+    for prefix in ("model.language_model.", "model."):      # the longer prefix first
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+# --8<-- [end:ch01_short_name]
+
+
+# --8<-- [start:ch01_count]
+def count_parameters(state):
+    """Parameters in a state_dict(keep_vars=True), each tensor once."""
+    unique = {id(t): t.numel() for t in state.values()}     # a tied Parameter appears under two names
+    return sum(unique.values())
+# --8<-- [end:ch01_count]
+
+
+# --8<-- [start:ch02_nearest]
+def nearest(E, i, k):
+    """The k rows of E closest to row i by cosine, closest first, row i left out."""
+    unit = F.normalize(E, dim=-1)                           # unit rows: a dot product is a cosine
+    cos = unit @ unit[i]
+    cos[i] = -math.inf                                      # not its own neighbour
+    return cos.topk(k).indices
+# --8<-- [end:ch02_nearest]
+
+
+# --8<-- [start:ch02_own_row_wins]
+def own_row_wins(E):
+    """Per row j: is E[j] . E[i] largest at i = j?"""
+    return (E @ E.T).argmax(dim=-1) == torch.arange(E.shape[0])
+# --8<-- [end:ch02_own_row_wins]
+
+
+# --8<-- [start:ch03_rmsnorm]
+def rmsnorm(x, w, eps=1e-6):
+    """x / rms(x) * (1 + w), computed in fp32, returned in x's dtype."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (x32 * (1 + w.float())).to(x.dtype)
+# --8<-- [end:ch03_rmsnorm]
+
+
+# --8<-- [start:ch03_gated]
+def gated_rmsnorm(x, z, w, eps=1e-6):
+    """w * x / rms(x) * silu(z): a plain weight, no 1 +."""
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x * F.silu(z)
+# --8<-- [end:ch03_gated]
+
+
+# --8<-- [start:ch04_interleaved]
+def rope_interleaved(x, angle):
+    """Turn each neighbour pair (x[2i], x[2i+1]) by angle[..., i]."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]                     # the two coordinates of each pair
+    cos, sin = angle.cos(), angle.sin()
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+# --8<-- [end:ch04_interleaved]
+
+
+# --8<-- [start:ch04_wavelengths]
+def wavelengths(head_dim, partial_rotary_factor, theta):
+    """Tokens per full turn, 2 pi theta^(2m/r), for each of the r/2 rotated pairs."""
+    r = int(head_dim * partial_rotary_factor)               # only these dims turn
+    m = torch.arange(r // 2, dtype=torch.float64)
+    return 2 * math.pi * theta ** (2 * m / r)
+# --8<-- [end:ch04_wavelengths]
+
+
+# --8<-- [start:ch05_expand_kv]
+def expand_kv(k, n_head):
+    """[B, n_kv, T, hd] -> [B, n_head, T, hd]: each kv head copied for its group of query heads."""
+    return k.repeat_interleave(n_head // k.shape[1], dim=1)
+# --8<-- [end:ch05_expand_kv]
+
+
+# --8<-- [start:ch05_split]
+def split_query_gate(y, n_head, head_dim):
+    """q_proj's output, per head [query | gate] -> q [B, T, nh, hd], gate [B, T, nh * hd]."""
+    B, T, _ = y.shape
+    q, gate = y.view(B, T, n_head, 2 * head_dim).chunk(2, dim=-1)
+    return q, gate.reshape(B, T, n_head * head_dim)
+# --8<-- [end:ch05_split]
+
+
+# --8<-- [start:ch06_delta_step]
+def delta_step(S, k, v, alpha, beta):
+    """One token of the gated delta rule for one head: S [dk, dv], k [dk], v [dv]."""
+    S = alpha * S                                           # forget
+    pred = S.T @ k                                          # what the memory returns for k
+    u = beta * (v - pred)                                   # write only the error
+    return S + torch.outer(k, u)
+# --8<-- [end:ch06_delta_step]
+
+
+# --8<-- [start:ch06_gates]
+def gates(a, b, A_log, dt_bias):
+    """The log decay g (fp32, <= 0) and the write strength beta, per token and head."""
+    g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+    beta = b.sigmoid().float()                              # the sigmoid in the input's dtype, then fp32
+    return g, beta
+# --8<-- [end:ch06_gates]
+
+
+# --8<-- [start:ch07_decay_matrix]
+def decay_matrix(g):
+    """Gamma[i, j] = exp(gamma_i - gamma_j) for j <= i, else 0; gamma is the running sum of g."""
+    gamma = g.cumsum(-1)
+    diff = gamma[:, None] - gamma[None, :]
+    causal = torch.ones(len(g), len(g), dtype=torch.bool).tril()
+    return diff.masked_fill(~causal, -math.inf).exp()       # mask before exp: exp(-inf) = 0, no overflow
+# --8<-- [end:ch07_decay_matrix]
+
+
+# --8<-- [start:ch07_prefill_then_decode]
+def prefill_then_decode(q, k, v, g, beta, cut):
+    """Chunked over tokens [0, cut), then the recurrence one token at a time from that state."""
+    o_first, S = chunk_gated_delta_rule(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut],
+                                        g[:, :, :cut], beta[:, :, :cut])
+    outs = [o_first]
+    for t in range(cut, q.shape[2]):
+        o, S = recurrent_gated_delta_rule(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
+                                          g[:, :, t:t + 1], beta[:, :, t:t + 1], S)
+        outs.append(o)
+    return torch.cat(outs, dim=2), S
+# --8<-- [end:ch07_prefill_then_decode]
+
+
+# --8<-- [start:ch08_swiglu]
+def swiglu(x, W_gate, W_up, W_down):
+    """down(silu(gate(x)) * up(x)) with [out, in] weights."""
+    return (F.silu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T
+# --8<-- [end:ch08_swiglu]
+
+
+# --8<-- [start:ch08_matching_width]
+def matching_width(d, classic_width):
+    """Three d x f matrices hold as much as two d x classic_width ones: 3 d f = 2 d c."""
+    return 2 * classic_width / 3
+# --8<-- [end:ch08_matching_width]
+
+
+# --8<-- [start:ch09_decoder_layer]
+def decoder_layer(x, norm1, mixer, norm2, mlp):
+    """Two pre-norm residual branches."""
+    h = x + mixer(norm1(x))
+    return h + mlp(norm2(h))
+# --8<-- [end:ch09_decoder_layer]
+
+
+# --8<-- [start:ch09_logit_lens]
+@torch.no_grad()
+def logit_lens(model, ids):
+    """Per layer: the probability of the model's final prediction if the model ended there."""
+    cos, sin = model.rotary_emb(torch.arange(ids.shape[1]))
+    x, logits = model.embed_tokens(ids), []
+    for layer in model.layers:
+        x = layer(x, cos, sin)
+        logits.append(model.lm_head(model.norm(x[:, -1:]))[0, -1])   # the final norm first, as at the exit
+    logits = torch.stack(logits)                            # [layers, vocab]: the last row is the model's
+    return torch.softmax(logits, dim=-1)[:, logits[-1].argmax()]
+# --8<-- [end:ch09_logit_lens]
+
+
+# --8<-- [start:ch10_stored_form]
+def stored_form(text):
+    """The string tokenizer.json stores for text: one printable character per UTF-8 byte."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in text.encode("utf-8"))
+# --8<-- [end:ch10_stored_form]
+
+
+# --8<-- [start:ch10_bpe]
+def bpe(piece, ranks):
+    """Merge the neighbouring pair with the lowest rank until no pair is in the vocabulary."""
+    parts = [bytes([b]) for b in piece]
+    while len(parts) > 1:
+        pairs = [(ranks.get(a + b, math.inf), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
+        rank, i = min(pairs)                                # lowest rank; the leftmost on a tie
+        if rank == math.inf:
+            break
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+# --8<-- [end:ch10_bpe]
+
+
+# --8<-- [start:ch11_top_p]
+def top_p_keep(probs, p):
+    """Keep a token while the likelier ones before it add up to less than p."""
+    return probs.cumsum(0) - probs < p
+# --8<-- [end:ch11_top_p]
+
+
+# --8<-- [start:ch11_cached_greedy]
+@torch.no_grad()
+def greedy(model, ids, n):
+    """n greedy tokens: the prompt once into the cache, then each new token once."""
+    cache = Cache(model.cfg)
+    x, out = torch.tensor([ids]), []
+    for _ in range(n):
+        token = int(model(x, cache=cache, last_only=True)[0, -1].argmax())
+        out.append(token)
+        x = torch.tensor([[token]])                        # feed exactly the token just picked
+    return out
+# --8<-- [end:ch11_cached_greedy]
+
+
+# --8<-- [start:ch12_render]
+def render(messages, thinking=False):
+    """ChatML turns, then the opened assistant turn, with an empty think block when thinking is off."""
+    text = ""
+    for m in messages:
+        content = strip_thinking(m["content"]) if m["role"] == "assistant" else m["content"]
+        text += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
+    return text + "<|im_start|>assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n")
+# --8<-- [end:ch12_render]
+
+
+# --8<-- [start:ch12_reusable]
+def reusable_prefix(read, prompt):
+    """How many leading items the two sequences share."""
+    n = 0
+    for a, b in zip(read, prompt):
+        if a != b:
+            break
+        n += 1
+    return n
+# --8<-- [end:ch12_reusable]

@@ -1,0 +1,250 @@
+"""The chapters' exercises: every check fails on the page's placeholder and on a typical wrong answer, and passes
+with the solution; every chapter page ends with its exercises (placeholder blocks that say "not solved yet", solution
+blocks that pass) and then its references, the same code in both editions."""
+import contextlib
+import io
+import math
+import os
+import re
+from pathlib import Path
+
+import markdown
+import pytest
+import torch
+import torch.nn.functional as F
+from pymdownx.snippets import SnippetExtension
+
+from book import exercises as ex
+from book import tiny
+from book.solutions import chapters as sol
+from qwen.cache import Cache
+from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
+from qwen.rope import apply_rope
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted(p.name for p in (ROOT / "docs" / "en").glob("[01][0-9]-*.md"))
+HEADINGS = {"zh": ("## 小结", "## 练习", "## 参考文献"), "en": ("## Summary", "## Exercises", "## References")}
+SOLUTION = {"zh": '??? success "参考答案"', "en": '??? success "Solution"'}
+SAID = {"zh": ("还没做", "通过 ✅"), "en": ("not solved yet", "passed ✅")}
+FENCE = re.compile(r"^( *)```python\n(.*?)^\1```$", re.M | re.S)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_model_env():
+    os.environ.setdefault("QWEN_MODEL", str(tiny.path()))     # find_model() in the pages: the tiny test model
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_env):
+    from qwen.model import Qwen
+    from qwen.weights import Config, load, load_weights
+    return load(Qwen(Config.load(tiny.path())), load_weights(tiny.path())).requires_grad_(False)
+
+
+def quiet(fn, *args, **kwargs):
+    """Call fn; return (its result, what it printed)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = fn(*args, **kwargs)
+    return result, out.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- the pages
+def exercises_section(lang, page):
+    text = (ROOT / "docs" / lang / page).read_text()
+    start = text.index(HEADINGS[lang][1] + "\n")
+    return text[start:text.index(HEADINGS[lang][2] + "\n", start)]
+
+
+def blocks(lang, page):
+    """(exercise blocks, solution blocks) of a page's exercises, solutions with their snippets expanded."""
+    section = exercises_section(lang, page)
+    md = markdown.Markdown(extensions=[SnippetExtension(base_path=[str(ROOT)], check_paths=True,
+                                                        dedent_subsections=True)])
+    expanded = "\n".join(md.preprocessors["snippet"].run(section.split("\n")))
+    found = [(m[1], m[2]) for m in FENCE.finditer(expanded)]
+    tasks = [code for indent, code in found if not indent]
+    solutions = ["\n".join(line[4:] for line in code.split("\n")) for indent, code in found if indent == "    "]
+    return tasks, solutions
+
+
+def run_block(code):
+    namespace = {"__name__": "__main__"}
+    _, printed = quiet(exec, compile(code, "<page>", "exec"), namespace)
+    return namespace, printed
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_chapter_ends_with_summary_exercises_then_references_in_both_editions(page):
+    for lang in ("zh", "en"):
+        text = (ROOT / "docs" / lang / page).read_text()
+        h2 = re.findall(r"^## .*$", text, re.M)
+        summary, exercises, references = HEADINGS[lang]
+        assert h2[-2:] == [exercises, references], f"{lang}/{page}: the last sections are {h2[-3:]}"
+        assert summary in h2, f"{lang}/{page} has no summary"
+        tail = text.split(references + "\n", 1)[1]
+        links = re.findall(r"\]\((https?://[^)\s]+)\)", tail)
+        assert len(links) >= 2, f"{lang}/{page}: a references section with links to its sources"
+        section = exercises_section(lang, page)
+        tasks, solutions = blocks(lang, page)
+        assert 2 <= len(tasks) <= 3 and len(solutions) == len(tasks), f"{lang}/{page}"
+        assert section.count(SOLUTION[lang]) == len(tasks), f"{lang}/{page}: one collapsed solution per exercise"
+        assert all("TODO(" in code for code in tasks), f"{lang}/{page}: each exercise holds a placeholder"
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_editions_share_the_exercise_code(page):
+    zh, en = blocks("zh", page), blocks("en", page)
+    for a, b in zip(zh[0] + zh[1], en[0] + en[1]):
+        assert a.replace('lang="zh"', 'lang="en"') == b
+    assert all('lang="en"' in code for code in en[0] + en[1])
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_page_placeholders_say_not_solved_and_solutions_pass(page, lang="en"):
+    """The English blocks run here; the Chinese ones are the same code (above), with verdicts in Chinese (below)."""
+    tasks, solutions = blocks(lang, page)
+    not_done, passed = SAID[lang]
+    for code in tasks:
+        _, printed = run_block(code)
+        assert not_done in printed and passed not in printed, printed
+    for code in solutions:
+        _, printed = run_block(code)
+        assert passed in printed and "not right" not in printed and "还不对" not in printed, printed
+
+
+def placeholder(page, name):
+    """The reader's function as the English page holds it, with its TODO."""
+    for code in blocks("en", page)[0]:
+        namespace, _ = run_block(code)
+        if name in namespace:
+            return namespace[name]
+    raise LookupError(f"{page} has no exercise defining {name}")
+
+
+# ------------------------------------------------------------------------------------------- typical wrong answers
+def _wrong_rmsnorm(x, w, eps=1e-6):                       # the 1 + dropped
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def _wrong_gated(x, z, w, eps=1e-6):                      # chapter 3's 1 + carried over
+    return (1 + w) * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * F.silu(z)
+
+
+def _wrong_split(y, n_head, head_dim):                    # all queries first, then all gates
+    B, T, _ = y.shape
+    q, gate = y.chunk(2, dim=-1)
+    return q.reshape(B, T, n_head, head_dim), gate
+
+
+def _wrong_decode(q, k, v, g, beta, cut):                 # the recurrence restarts from an empty state
+    o1, _ = chunk_gated_delta_rule(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], g[:, :, :cut], beta[:, :, :cut])
+    o2, S = recurrent_gated_delta_rule(q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], g[:, :, cut:], beta[:, :, cut:])
+    return torch.cat([o1, o2], dim=2), S
+
+
+def _wrong_post_norm(x, norm1, mixer, norm2, mlp):
+    h = norm1(x + mixer(x))
+    return norm2(h + mlp(h))
+
+
+def _wrong_lens(model, ids):                              # skips the final norm
+    cos, sin = model.rotary_emb(torch.arange(ids.shape[1]))
+    x, logits = model.embed_tokens(ids), []
+    for layer in model.layers:
+        x = layer(x, cos, sin)
+        logits.append(model.lm_head(x[:, -1:])[0, -1])
+    logits = torch.stack(logits)
+    return torch.softmax(logits, -1)[:, logits[-1].argmax()]
+
+
+def _wrong_bpe(piece, ranks):                             # merges the leftmost mergeable pair
+    parts = [bytes([b]) for b in piece]
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(parts) - 1):
+            if parts[i] + parts[i + 1] in ranks:
+                parts[i:i + 2] = [parts[i] + parts[i + 1]]
+                merged = True
+                break
+    return parts
+
+
+@torch.no_grad()
+def _forgetful_greedy(model, ids, n):                     # the cache never sees the prompt's last token
+    cache, out = Cache(model.cfg), []
+    x = torch.tensor([ids[:-1]])
+    for _ in range(n):
+        token = int(model(x, cache=cache, last_only=True)[0, -1].argmax())
+        out.append(token)
+        x = torch.tensor([[token]])
+    return out
+
+
+def _rotate_half(x, angle):
+    angle = torch.cat([angle, angle], dim=-1)
+    return apply_rope(x, angle.cos(), angle.sin())
+
+
+# page, check, solution, typical wrong answers, needs (model, ids)
+CASES = [
+    ("01-weights.md", ex.check_ch01_short_name, sol.short_name, [lambda n: n.removeprefix("model.")], False),
+    ("01-weights.md", ex.check_ch01_count, sol.count_parameters,
+     [lambda state: sum(t.numel() for t in state.values())], False),
+    ("02-embedding.md", ex.check_ch02_nearest, sol.nearest,
+     [lambda E, i, k: (E @ E[i]).topk(k + 1).indices[1:]], False),
+    ("02-embedding.md", ex.check_ch02_own_row_wins, sol.own_row_wins,
+     [lambda E: torch.ones(len(E), dtype=torch.bool)], False),
+    ("03-norm.md", ex.check_ch03_rmsnorm, sol.rmsnorm, [_wrong_rmsnorm], False),
+    ("03-norm.md", ex.check_ch03_gated, sol.gated_rmsnorm, [_wrong_gated], False),
+    ("04-rope.md", ex.check_ch04_interleaved, sol.rope_interleaved, [_rotate_half], False),
+    ("04-rope.md", ex.check_ch04_wavelengths, sol.wavelengths,
+     [lambda hd, f, theta: 2 * math.pi * theta ** (torch.arange(hd // 2, dtype=torch.float64) * 2 / hd)], False),
+    ("05-attention.md", ex.check_ch05_expand_kv, sol.expand_kv,
+     [lambda k, nh: k.repeat(1, nh // k.shape[1], 1, 1)], False),
+    ("05-attention.md", ex.check_ch05_split, sol.split_query_gate, [_wrong_split], False),
+    ("06-deltanet.md", ex.check_ch06_delta_step, sol.delta_step,
+     [lambda S, k, v, alpha, beta: alpha * S + beta * torch.outer(k, v)], False),
+    ("06-deltanet.md", ex.check_ch06_gates, sol.gates,
+     [lambda a, b, A_log, dt: (-A_log.exp() * (a.float() + dt), b.sigmoid().float())], False),
+    ("07-chunked.md", ex.check_ch07_decay_matrix, sol.decay_matrix,
+     [lambda g: (g.cumsum(0)[None, :] - g.cumsum(0)[:, None]).exp().tril()], False),
+    ("07-chunked.md", ex.check_ch07_prefill_then_decode, sol.prefill_then_decode, [_wrong_decode], False),
+    ("08-mlp.md", ex.check_ch08_swiglu, sol.swiglu,
+     [lambda x, Wg, Wu, Wd: ((x @ Wg.T) * F.silu(x @ Wu.T)) @ Wd.T], False),
+    ("08-mlp.md", ex.check_ch08_matching_width, sol.matching_width, [lambda d, c: 3 * c / 2], False),
+    ("09-model.md", ex.check_ch09_decoder_layer, sol.decoder_layer, [_wrong_post_norm], False),
+    ("09-model.md", ex.check_ch09_logit_lens, sol.logit_lens, [_wrong_lens], True),
+    ("10-tokenizer.md", ex.check_ch10_stored_form, sol.stored_form, [lambda text: text], False),
+    ("10-tokenizer.md", ex.check_ch10_bpe, sol.bpe, [_wrong_bpe], False),
+    ("11-generation.md", ex.check_ch11_top_p, sol.top_p_keep, [lambda probs, p: probs.cumsum(0) < p], False),
+    ("11-generation.md", ex.check_ch11_cached_greedy, sol.greedy, [_forgetful_greedy], True),
+    ("12-chat.md", ex.check_ch12_render, sol.render,
+     [lambda messages, thinking=False: sol.render(messages, True)], False),
+    ("12-chat.md", ex.check_ch12_reusable, sol.reusable_prefix,
+     [lambda a, b: len(a) if b[:len(a)] == a else 0], False),
+]
+
+
+@pytest.mark.parametrize("page, check, solution, wrong, needs_model", CASES, ids=[c[1].__name__ for c in CASES])
+def test_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(page, check, solution, wrong,
+                                                                                     needs_model, model):
+    args = (model, torch.tensor([[97375, 101618, 98869]]) if check is ex.check_ch09_logit_lens
+            else [97375, 101618, 98869]) if needs_model else ()
+    result, printed = quiet(check, placeholder(page, solution.__name__), *args)
+    assert result is False and "not solved yet" in printed
+    for answer in wrong:
+        result, printed = quiet(check, answer, *args)
+        assert result is False and "not right yet" in printed, printed
+    result, printed = quiet(check, solution, *args, lang="zh")
+    assert result is True and "通过" in printed, printed
+
+
+def test_a_check_never_raises_and_says_what_went_wrong():
+    result, printed = quiet(ex.check_ch05_expand_kv, lambda k, n: k.view(-1, 5))     # a shape error inside
+    assert result is False and "RuntimeError" in printed
+    result, printed = quiet(ex.check_ch08_swiglu, lambda *a: "not a tensor")
+    assert result is False and "not right yet" in printed
+    assert quiet(ex.check_ch12_reusable, sol.reusable_prefix, lang="fr")[0] is False
