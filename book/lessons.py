@@ -1,6 +1,7 @@
 """What the lesson notebooks share: a reproducible setup, real text that works offline, and the exercise checks."""
 import bz2
 import importlib.util
+import math
 import os
 import random
 import re
@@ -190,4 +191,107 @@ def check_embed_and_project(embed_and_project, model, words):
                           f"points should have shape ({len(words)}, 2), got {points.shape}"))
     elif not np.isfinite(points).all() or points.std(axis=0).min() == 0:
         problems.append(t("二维坐标里有 NaN，或所有点挤在一条线上", "points hold NaN, or they all lie on one line"))
+    return _verdict(3, problems)
+
+
+# --------------------------------------------------------------------------------------------- positional lesson
+def _sinusoidal64(n_positions, dim, base=10_000.0):
+    """The sinusoidal table of Vaswani et al. in float64: sin on even dims, cos on odd dims."""
+    angle = torch.arange(n_positions, dtype=torch.float64)[:, None] * base ** (
+        -torch.arange(0, dim, 2, dtype=torch.float64) / dim)                  # [T, dim/2]
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)          # [T, dim], interleaved
+
+
+def _as_float64(x):
+    return torch.as_tensor(np.asarray(x.detach() if torch.is_tensor(x) else x), dtype=torch.float64)
+
+
+def check_shift_matrix(shift_matrix):
+    """Exercise 1: shift_matrix(k, dim) is the matrix that moves every row of the sinusoidal table k positions on."""
+    dim, pe = 16, _sinusoidal64(200, 16)
+    problems = []
+    for k in (1, 7, 50):
+        got = _attempt(1, shift_matrix, k, dim)
+        if got is NOT_DONE:
+            return False
+        M = _as_float64(got)
+        if M.shape != (dim, dim):
+            problems.append(t(f"k={k}：矩阵形状应为 ({dim}, {dim})，得到 {tuple(M.shape)}",
+                              f"k={k}: the matrix should be ({dim}, {dim}), got {tuple(M.shape)}"))
+            break
+        error = (pe[:150] @ M.T - pe[k:150 + k]).abs().max().item()
+        if error > 1e-4:
+            backwards = (pe[:150] @ M - pe[k:150 + k]).abs().max().item() < 1e-4
+            hint = t("，它的转置才对：每一对是 (sin, cos)，不是 (cos, sin)，所以 sin 项的符号要反过来" if backwards else "",
+                     ", but its transpose is right: each pair is (sin, cos), not (cos, sin), so the sin terms "
+                     "swap signs" if backwards else "")
+            problems.append(t(f"k={k}：M @ PE[p] 和 PE[p + k] 最多差 {error:.3g}{hint}",
+                              f"k={k}: M @ PE[p] misses PE[p + k] by up to {error:.3g}{hint}"))
+            break                                       # one case is enough to show the mistake
+    return _verdict(1, problems)
+
+
+def check_rotate_pairs(rotate_pairs):
+    """Exercise 2: rotate_pairs(x, angle) turns (x[i], x[i + d/2]) by angle[i], as qwen/rope.py pairs them."""
+    from qwen.rope import apply_rope
+
+    g = torch.Generator().manual_seed(0)
+    x, angle = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 4, generator=g)
+    got = _attempt(2, rotate_pairs, x, angle)
+    if got is NOT_DONE:
+        return False
+    got = torch.as_tensor(got)
+    cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+    want = apply_rope(x, cos, sin)
+    problems = []
+    if got.shape != want.shape:
+        problems.append(t(f"形状应为 {list(want.shape)}，得到 {list(got.shape)}",
+                          f"the shape should be {list(want.shape)}, got {list(got.shape)}"))
+    elif not torch.allclose(got.float(), want, atol=1e-5):
+        neighbours = torch.stack([x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin(),
+                                  x[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos()], -1).flatten(-2)
+        if torch.allclose(got.float(), neighbours, atol=1e-5):
+            problems.append(t("你把相邻两维 (2i, 2i+1) 配成一对（RoFormer 论文的写法）；qwen/rope.py 配的是 i 和 i + d/2",
+                              "you paired neighbouring dims (2i, 2i+1), as the RoFormer paper does; "
+                              "qwen/rope.py pairs i with i + d/2"))
+        elif torch.allclose(got.float(), apply_rope(x, cos, -sin), atol=1e-5):
+            problems.append(t("转反了方向：第一个坐标是 x1·cos − x2·sin", "it turns the wrong way: the first coordinate "
+                              "is x1·cos − x2·sin"))
+        else:
+            error = (got.float() - want).abs().max().item()
+            problems.append(t(f"和 qwen.rope.apply_rope 最多差 {error:.3g}", f"differs from qwen.rope.apply_rope by up "
+                              f"to {error:.3g}"))
+    return _verdict(2, problems)
+
+
+def check_wavelengths(wavelengths):
+    """Exercise 3: wavelengths(head_dim, partial_rotary_factor, theta) is tokens per turn of each rotated pair."""
+    problems = []
+    for head_dim, factor, theta in [(256, 0.25, 1e7), (128, 1.0, 1e4), (256, 0.25, 1e4)]:
+        got = _attempt(3, wavelengths, head_dim, factor, theta)
+        if got is NOT_DONE:
+            return False
+        got = _as_float64(got).flatten()
+        r = int(head_dim * factor)
+        omega = theta ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+        want = 2 * math.pi / omega
+        case = f"({head_dim}, {factor}, {theta:g})"
+        if got.shape != want.shape:
+            problems.append(t(f"{case}：转动的是 r = {head_dim} × {factor} = {r} 维、{r // 2} 对，应有 {r // 2} 个值，"
+                              f"得到 {got.numel()} 个",
+                              f"{case}: r = {head_dim} × {factor} = {r} dims turn, {r // 2} pairs, so {r // 2} values; "
+                              f"got {got.numel()}"))
+        elif not torch.allclose(got, want, rtol=1e-4):
+            if torch.allclose(got, 1 / omega, rtol=1e-4):
+                hint = t("这是 1/ω；转一圈是 2π 弧度", "that is 1/ω; a full turn is 2π radians")
+            elif torch.allclose(got, 2 * math.pi * theta ** (torch.arange(0, r, 2, dtype=torch.float64) / head_dim),
+                                rtol=1e-4):
+                hint = t(f"指数要除以转动的维数 r = {r}，不是 head_dim = {head_dim}",
+                         f"divide the exponent by the rotated dims r = {r}, not head_dim = {head_dim}")
+            else:
+                hint = t(f"最慢一对应为 {want[-1].item():,.0f}，得到 {got[-1].item():,.0f}",
+                         f"the slowest pair should be {want[-1].item():,.0f}, got {got[-1].item():,.0f}")
+            problems.append(f"{case}: {hint}")
+        if problems:
+            break
     return _verdict(3, problems)

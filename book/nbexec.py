@@ -1,7 +1,8 @@
-"""Execute the lesson notebooks top to bottom and store their outputs: python -m book.nbexec [--solutions] [NOTEBOOK...]
+"""Execute the lesson notebooks top to bottom and store their outputs: python -m book.nbexec [--solutions] [LESSON...]
 
-Without arguments it runs every docs/*/lessons/*.ipynb in place, so the outputs a reader downloads come from a real
-run. With --solutions, each cell tagged "exercise" is replaced by an import of the same function from
+Without arguments it runs every docs/*/lessons/*.ipynb in place (each lesson in both editions), so the outputs a
+reader downloads come from a real run. A LESSON is a notebook's path or a lesson's name: `python -m book.nbexec
+positional` runs docs/zh/lessons/positional.ipynb and docs/en/lessons/positional.ipynb. With --solutions, each cell tagged "exercise" is replaced by an import of the same function from
 book/solutions/<notebook stem>.py, and the result goes to out/lessons/ instead (the stored notebooks keep their TODOs).
 """
 import argparse
@@ -67,12 +68,27 @@ def write(nb, path):
     os.replace(f.name, path)
 
 
+def notebooks(names):
+    """The notebooks meant by each argument: a path as given, or a lesson's name in both editions."""
+    paths = []
+    for name in names:
+        if name.endswith(".ipynb"):
+            paths.append(Path(name))
+            continue
+        found = [p for p in LESSONS if p.stem == name]
+        if not found:
+            lessons = ", ".join(sorted({p.stem for p in LESSONS}))
+            raise SystemExit(f"no lesson called {name!r}: the lessons are {lessons} (or give a notebook's path)")
+        paths.extend(found)
+    return paths
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, default=LESSONS)
+    parser.add_argument("lessons", nargs="*", help="notebook paths or lesson names (default: every lesson)")
     parser.add_argument("--solutions", action="store_true", help="run with the solutions, into out/lessons/")
     args = parser.parse_args(argv)
-    for path in args.notebooks:
+    for path in notebooks(args.lessons) if args.lessons else LESSONS:
         path = path.resolve()
         nb, seconds = execute(path, solutions=args.solutions)
         target = ROOT / "out" / "lessons" / path.parent.parent.name / path.name if args.solutions else path

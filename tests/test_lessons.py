@@ -1,4 +1,7 @@
 """The lesson notebooks: stored as a clean run, the same code in both editions, exercises solvable and checked."""
+import importlib
+import inspect
+import math
 import re
 
 import nbformat
@@ -7,20 +10,29 @@ import pytest
 import torch
 
 from book import lessons
-from book.lessons import TODO, check_embed_and_project, check_lookup, check_pull_together
-from book.nbexec import ROOT, execute
+from book.lessons import (TODO, check_embed_and_project, check_lookup, check_pull_together, check_rotate_pairs,
+                          check_shift_matrix, check_wavelengths)
+from book.nbexec import LESSONS, ROOT, execute, notebooks
 from book.solutions import embedding as solution
+from book.solutions import positional as positional_solution
 
-NOTEBOOKS = {lang: ROOT / "docs" / lang / "lessons" / "embedding.ipynb" for lang in ("zh", "en")}
+LANGS = ("zh", "en")
+NAMES = ("embedding", "positional")
+NOTEBOOKS = {lang: ROOT / "docs" / lang / "lessons" / "embedding.ipynb" for lang in LANGS}
 PASSED = {"zh": "作业 {} 通过", "en": "Exercise {} passed"}
 NOT_SOLVED = {"zh": "作业 {}：还没做", "en": "Exercise {}: not solved yet"}
 SIMILARITY = re.compile(r"^(.*): within-group (-?[\d.]+), cross-group (-?[\d.]+), nearest neighbour in own group (\d+)/(\d+)",
                         re.M)
 MAX_SECONDS = 180
+SOLUTIONS_URL = "https://github.com/transformer-by-hand/transformer-by-hand/blob/main/book/solutions/{}.py"
 
 
-def read(lang):
-    return nbformat.read(NOTEBOOKS[lang], as_version=4)
+def path_of(name, lang):
+    return ROOT / "docs" / lang / "lessons" / f"{name}.ipynb"
+
+
+def read(lang, name="embedding"):
+    return nbformat.read(path_of(name, lang), as_version=4)
 
 
 def text_of(nb):
@@ -28,10 +40,10 @@ def text_of(nb):
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
-def placeholders(lang="en"):
+def placeholders(lang="en", name="embedding"):
     """The reader's functions, exactly as the notebook holds them (with their TODOs)."""
-    namespace = {"torch": torch, "nn": torch.nn, "TODO": TODO}
-    for cell in read(lang).cells:
+    namespace = {"torch": torch, "nn": torch.nn, "math": math, "TODO": TODO}
+    for cell in read(lang, name).cells:
         if "exercise" in cell.metadata.get("tags", []):
             exec(cell.source, namespace)
     return namespace
@@ -45,6 +57,13 @@ def minilm():
 @pytest.fixture(scope="module", autouse=True)
 def english():
     lessons.setup("en")
+
+
+def test_nbexec_runs_every_lesson_of_both_editions_and_takes_a_lesson_by_name():
+    assert {(p.parent.parent.name, p.stem) for p in LESSONS} == {(lang, name) for lang in LANGS for name in NAMES}
+    assert sorted(notebooks(["positional"])) == sorted(path_of("positional", lang) for lang in LANGS)
+    with pytest.raises(SystemExit, match="no lesson called 'rope': the lessons are embedding, positional"):
+        notebooks(["rope"])
 
 
 # ------------------------------------------------------------------------------- each check can fail, and can pass
@@ -74,10 +93,63 @@ def test_exercise_3_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes
     assert check_embed_and_project(solution.embed_and_project, minilm, words) is True
 
 
+# ------------------------------------------------------------------------------- the positional lesson's checks
+def test_positional_exercise_1_check_fails_on_the_placeholder_and_the_backwards_rotation(capsys):
+    assert check_shift_matrix(placeholders(name="positional")["shift_matrix"]) is False
+    assert "not solved yet" in capsys.readouterr().out
+    backwards = lambda k, dim: positional_solution.shift_matrix(k, dim).T      # the (cos, sin) rotation on (sin, cos)
+    assert check_shift_matrix(backwards) is False
+    assert "its transpose is right" in capsys.readouterr().out
+    assert check_shift_matrix(lambda k, dim: torch.eye(dim)) is False
+    assert check_shift_matrix(positional_solution.shift_matrix) is True
+
+
+def test_positional_exercise_2_check_fails_on_the_placeholder_neighbour_pairs_and_the_wrong_direction(capsys):
+    assert check_rotate_pairs(placeholders(name="positional")["rotate_pairs"]) is False
+    assert "not solved yet" in capsys.readouterr().out
+
+    def neighbours(x, angle):                                                   # RoFormer's pairing (2i, 2i+1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], -1).flatten(-2)
+
+    assert check_rotate_pairs(neighbours) is False
+    assert "neighbouring dims" in capsys.readouterr().out
+    assert check_rotate_pairs(lambda x, angle: positional_solution.rotate_pairs(x, -angle)) is False
+    assert "wrong way" in capsys.readouterr().out
+    assert check_rotate_pairs(positional_solution.rotate_pairs) is True
+
+
+def test_positional_exercise_3_check_fails_on_the_placeholder_head_dim_in_the_exponent_and_no_2pi(capsys):
+    assert check_wavelengths(placeholders(name="positional")["wavelengths"]) is False
+    assert "not solved yet" in capsys.readouterr().out
+    over_head_dim = lambda h, f, theta: 2 * math.pi * theta ** (torch.arange(0, int(h * f), 2) / h)
+    assert check_wavelengths(over_head_dim) is False
+    assert "not head_dim" in capsys.readouterr().out
+    no_turn = lambda h, f, theta: positional_solution.wavelengths(h, f, theta) / (2 * math.pi)
+    assert check_wavelengths(no_turn) is False
+    assert "2π" in capsys.readouterr().out
+    assert check_wavelengths(lambda h, f, theta: positional_solution.wavelengths(h, 1.0, theta)) is False
+    assert check_wavelengths(positional_solution.wavelengths) is True
+
+
+def test_positional_solutions_agree_with_the_books_rope():
+    """The exercise answers are the book's own code seen from another side: chapter 4's qwen/rope.py."""
+    from qwen.rope import RotaryEmbedding, apply_rope
+
+    rope = RotaryEmbedding(256, 0.25, 1e7)
+    assert torch.allclose(positional_solution.wavelengths(256, 0.25, 1e7).float(), 2 * math.pi / rope.inv_freq,
+                          rtol=1e-5)
+    x = torch.randn(3, 64)
+    angle = torch.arange(3.0)[:, None] * rope.inv_freq                          # [3 positions, 32 pairs]
+    cos, sin = rope(torch.arange(3))
+    assert torch.allclose(positional_solution.rotate_pairs(x, angle), apply_rope(x, cos, sin), atol=1e-5)
+
+
 # ------------------------------------------------------------------------------- the stored notebooks
-@pytest.mark.parametrize("lang", NOTEBOOKS)
-def test_stored_notebook_is_one_clean_run_with_the_exercises_unsolved(lang):
-    nb = read(lang)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_stored_notebook_is_one_clean_run_with_the_exercises_unsolved(lang, name):
+    nb = read(lang, name)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run `python -m book.nbexec`"
     outputs = [o for c in code for o in c.outputs]
@@ -87,11 +159,13 @@ def test_stored_notebook_is_one_clean_run_with_the_exercises_unsolved(lang):
     printed = text_of(nb)
     for n in (1, 2, 3):
         assert NOT_SOLVED[lang].format(n) in printed
-    assert "corpus: " in printed and "model: all-MiniLM-L6-v2" in printed       # the page credits its sources
+    if name == "embedding":
+        assert "corpus: " in printed and "model: all-MiniLM-L6-v2" in printed   # the page credits its sources
 
 
-def test_editions_share_their_code_and_differ_in_prose():
-    zh, en = read("zh"), read("en")
+@pytest.mark.parametrize("name", NAMES)
+def test_editions_share_their_code_and_differ_in_prose(name):
+    zh, en = read("zh", name), read("en", name)
     assert [c.cell_type for c in zh.cells] == [c.cell_type for c in en.cells]
     for a, b in zip(zh.cells, en.cells):
         if a.cell_type == "code":
@@ -101,8 +175,71 @@ def test_editions_share_their_code_and_differ_in_prose():
             assert a.source != b.source, f"untranslated cell: {a.source[:60]}"
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_exercise_is_followed_by_its_folded_solution_the_same_code_as_the_solutions_file(lang, name):
+    """Solutions are out of sight but reachable: a collapsed block after the check, and a link to the file."""
+    module = importlib.import_module(f"book.solutions.{name}")
+    cells = read(lang, name).cells
+    exercises = [i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", [])]
+    assert len(exercises) == 3
+    for i in exercises:
+        fn = re.search(r"^def (\w+)\(", cells[i].source, re.M).group(1)
+        check, folded = cells[i + 1], cells[i + 2]
+        assert check.cell_type == "code" and "check_" in check.source
+        assert folded.cell_type == "markdown" and folded.source.startswith("<details><summary>")
+        shown = re.search(r"```python\n(.*?)\n```", folded.source, re.S).group(1)
+        assert shown == inspect.getsource(getattr(module, fn)).rstrip("\n"), f"{fn}: the folded solution is stale"
+        assert SOLUTIONS_URL.format(name) in folded.source
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_relative_links_in_the_lessons_lead_to_pages_of_the_same_edition(lang, name):
+    links = re.findall(r"\]\(((?![a-z]+:)[^)#]+)(?:#[^)]*)?\)", "\n".join(
+        c.source for c in read(lang, name).cells if c.cell_type == "markdown"))
+    assert links, "a lesson links the chapters it builds on"
+    for link in links:
+        assert (path_of(name, lang).parent / link).resolve().is_file(), f"{lang}/{name}: {link} leads nowhere"
+
+
+def test_embedding_lesson_links_chapter_2_and_the_next_lesson():
+    for lang in LANGS:
+        prose = "\n".join(c.source for c in read(lang).cells if c.cell_type == "markdown")
+        assert "(../02-embedding.md)" in prose and "(positional.ipynb)" in prose
+
+
+def test_embedding_prose_on_chance_agrees_with_the_printed_numbers():
+    """The prose says the untrained map is no better than a random neighbour; the printed numbers must say so too."""
+    printed = text_of(read("en"))
+    hits = int(re.search(r"before training: .* nearest neighbour in own group (\d+)/20", printed).group(1))
+    chance = float(re.search(r"a neighbour picked at random: in own group ([\d.]+)/20", printed).group(1))
+    assert chance == round(20 * 4 / 19, 1)
+    assert hits <= chance
+
+
+def test_positional_prose_numbers_are_the_printed_ones():
+    """The numbers the positional lesson's prose quotes, read back from its stored run."""
+    for lang in LANGS:
+        printed = text_of(read(lang, "positional"))
+        assert "b's outputs are a's outputs, reordered: True" in printed
+        assert "the same output at '.': True" in printed                        # causal, no positions: a bag
+        assert "with sinusoidal positions, the same output at '.': False" in printed
+        assert "with RoPE, the same output at '.': False" in printed
+        assert "pair 31 47,117" in printed                                      # "about 47,000 tokens"
+        assert re.search(r"rows 8-15 never trained\): \d", printed)
+        moved = re.search(r"how far each of the 16 position rows moved: \[([^\]]*)\]", printed).group(1).split()
+        assert [float(m) for m in moved[8:]] == [0.0] * 8 and min(float(m) for m in moved[:8]) > 0   # rows 8-15: 0
+        assert "rotated: 64 of 256 dims = 32 pairs; passed through unchanged: 192 dims" in printed
+        assert " 0 of 32 pairs turn less than once in 262,144 tokens" in printed     # theta 1e4
+        assert "10 of 32 pairs turn less than once in 262,144 tokens" in printed     # theta 1e7
+        assert "last 192 identical: True" in printed
+        diagonal = float(re.search(r"along any one diagonal .* at most ([\d.e+-]+)", printed).group(1))
+        assert diagonal < 1e-3                                                  # "only fp32 rounding"
+
+
 # ------------------------------------------------------------------------------- the whole lesson, solved
-@pytest.mark.parametrize("lang", NOTEBOOKS)
+@pytest.mark.parametrize("lang", LANGS)
 def test_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
     nb, seconds = execute(NOTEBOOKS[lang], solutions=True)
     printed = text_of(nb)
@@ -117,3 +254,15 @@ def test_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
     for name in ("after training", "all-MiniLM-L6-v2"):
         within, cross, _ = similarities[name]
         assert within > cross + 0.1, f"{name}: the groups did not separate"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_positional_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
+    nb, seconds = execute(path_of("positional", lang), solutions=True)
+    printed = text_of(nb)
+    print(f"\n{lang}: {seconds:.0f} s")
+    assert seconds < MAX_SECONDS
+    for n in (1, 2, 3):
+        assert PASSED[lang].format(n) in printed
+    assert re.search(r"Qwen3\.5-0\.8B: 32 pairs, from 6\.28 to 37,969,0\d\d tokens per turn; 10 slower than the "
+                     r"262,144-token context", printed)                          # the reader's float64 or float32
