@@ -1,4 +1,6 @@
 """Chapter 3: RMSNorm. What it does to the scale of a vector, and why the stored weight is 1 + w."""
+from pathlib import Path
+
 import torch
 from tokenizers import Tokenizer
 
@@ -46,7 +48,13 @@ n_norms = 2 * cfg.num_hidden_layers + 1 + 2 * n_attn
 print(f"zero-centred RMSNorms: {n_norms} (2 per layer, the final one, "
       f"q_norm and k_norm in {n_attn} attention layers); "
       f"gated RMSNorms: {cfg.num_hidden_layers - n_attn} (one per DeltaNet)")
-record(n_norms=n_norms, final_scale=f"{final:.2f}", bug_cosine=f"{cos.mean():.2f}")
+record(n_norms=n_norms, final_scale=f"{final:.2f}", bug_cosine=f"{cos.mean():.2f}",
+       n_layers=cfg.num_hidden_layers, n_attention=n_attn)
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, kept in the repository
+official_attn = official.layer_types.count("full_attention")
+record(official_layers=official.num_hidden_layers, official_attention=official_attn,
+       official_norms=2 * official.num_hidden_layers + 1 + 2 * official_attn,
+       official_gated=official.num_hidden_layers - official_attn)
 
 
 def draw(t):

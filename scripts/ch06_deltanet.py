@@ -69,7 +69,8 @@ print(f"all layers at a neutral input (a = 0): half-lives from {neutral.min():.2
 record(state_kib=f"{state_bytes // 1024:,}",
        all_states_kib=f"{len(linear) * state_bytes // 1024:,}",
        halflife_min=f"{neutral.min():.2f}", halflife_max=f"{neutral.max():,.0f}",
-       halflife_median=f"{neutral.median():.1f}")
+       halflife_median=f"{neutral.median():.1f}", n_pairs=n, oldest_age=n - 1,
+       oldest_kept=f"{kept[0]:.2f}")
 
 
 def draw(t):

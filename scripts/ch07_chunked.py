@@ -1,5 +1,6 @@
 """Chapter 7: Gated DeltaNet, the chunked form.
 Same numbers as the recurrence, in T/64 sequential steps."""
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -39,14 +40,15 @@ print(f"{T} tokens = {-(-T // C)} chunks of {C}: "
 print(f"sequential steps: {T} for the recurrence, {-(-T // C)} for the chunked form")
 
 
-def flops(T):
-    """Multiply-adds x 2 of one layer's mixing kernel over T tokens (projections excluded)."""
+def flops(T, c=cfg):
+    """Multiply-adds x 2 of one layer's mixing kernel over T tokens (projections excluded), at config c's sizes."""
+    dk, dv, H = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_num_value_heads
     # decay, read k, write, read q: four dk x dv passes
     recurrent = 8 * dk * dv * H * T
     # per chunk: C x C products, two solves, three state products
     chunked = (6 * dk * dv + C * (5 * dk + 3 * dv)) * H * T
     # causal q.k and p.v
-    attention = 2 * T * (T + 1) * cfg.head_dim * cfg.num_attention_heads
+    attention = 2 * T * (T + 1) * c.head_dim * c.num_attention_heads
     return recurrent, chunked, attention
 
 
@@ -58,7 +60,9 @@ for n in (1024, 32768):
     print(f"T = {n:>6,}: recurrent {r / 1e9:8.2f} GFLOP, chunked {c / 1e9:8.2f}, "
           f"full attention {a / 1e9:10.2f}")
 print(f"one attention layer's kernel costs more than one DeltaNet layer's after {cross:,} tokens")
-record(tokens=T, chunks=-(-T // C), crossover=f"{cross:,}")
+record(tokens=T, chunks=-(-T // C), crossover=f"{cross:,}", head_k_dim=dk)
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the same count at the 0.8B's sizes
+record(official_crossover=f"{next(n for n in range(1, 10**6) if flops(n, official)[2] > flops(n, official)[1]):,}")
 
 
 def draw(t):

@@ -1,16 +1,18 @@
 """Chapter 9: the decoder layer and the whole model.
 The first real prediction, and how it forms layer by layer."""
+from pathlib import Path
+
 import torch
 from tokenizers import Tokenizer
 
 from book.out import record, save_figure
 from book.tiny import is_tiny
 from qwen.model import from_pretrained
-from qwen.weights import find_model
+from qwen.weights import Config, find_model
 
 torch.set_grad_enabled(False)
 path = find_model()
-model = from_pretrained(path, torch.float32)
+model = from_pretrained(path, torch.float32, fast=False)
 cfg = model.cfg
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):
@@ -51,7 +53,9 @@ first = next(i for i, p in enumerate(lens) if p > 0.5 * lens[-1])
 print(f"it reaches half its final probability at layer {first}; "
       f"the residual stream's rms grows from {rms[0]:.2f} to {rms[-1]:.2f}")
 record(n_params=f"{n_params:,}", next_token=tok.decode([target]), next_p=f"{top.values[0]:.2f}",
-       lens_half_layer=first)
+       lens_half_layer=first, n_layers=cfg.num_hidden_layers,
+       layer_pattern="".join("L" if t == "linear_attention" else "A" for t in cfg.layer_types),
+       official_layers=Config.load(Path("book/data/qwen3.5-0.8b")).num_hidden_layers)
 
 
 def draw(t):

@@ -42,9 +42,11 @@ for b in vocab:
 print(f"   the vocabulary holds {sum(cjk.values()):,} all-Chinese tokens: "
       + ", ".join(f"{cjk[n]:,} of {n} character{'s' * (n > 1)}" for n in sorted(cjk) if n <= 4)
       + ", ...")
-for sample in ("今天天气不错，我们去公园",
-               "The weather is nice today, let's go to the park"):
+sizes = {}                                                 # characters, bytes, tokens
+for lang, sample in (("zh", "今天天气不错，我们去公园"),
+                     ("en", "The weather is nice today, let's go to the park")):
     n = len(tok.encode(sample).ids)
+    sizes[lang] = len(sample), len(sample.encode()), n
     print(f"   {len(sample):2} characters, {len(sample.encode()):2} bytes -> "
           f"{n:2} tokens: {sample!r}")
 
@@ -81,7 +83,11 @@ lengths = Counter(len(b) for b in vocab)
 record(n_pieces=len(pieces), n_tokens_example=len(tok.encode(text).ids),
        cjk_tokens=f"{sum(cjk.values()):,}", cjk_two_char=f"{cjk[2]:,}",
        vocab_tokens=f"{len(vocab):,}", padding_rows=rows - ids_used,
-       longest_token_bytes=max(lengths))
+       longest_token_bytes=max(lengths), n_special=ids_used - len(vocab), n_ids=f"{ids_used:,}",
+       zh_chars=sizes["zh"][0], zh_bytes=sizes["zh"][1], zh_tokens=sizes["zh"][2],
+       en_chars=sizes["en"][0], en_tokens=sizes["en"][2],
+       tallest_bar_bytes=max(range(1, 17), key=lengths.get),
+       length_peaks=", ".join(str(k) for k in range(2, 16) if lengths[k - 1] < lengths[k] > lengths[k + 1]))
 
 
 def draw(t):

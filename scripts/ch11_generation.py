@@ -11,7 +11,7 @@ from qwen.weights import find_model
 
 torch.manual_seed(0)
 path = find_model()
-model = from_pretrained(path, torch.float32)
+model = from_pretrained(path, torch.float32, fast=False)
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):
     print("(the tiny test model: its weights are random, so its text is random too)\n")
@@ -55,6 +55,13 @@ print(f"were all {len(model.cfg.layer_types)} layers attention: {all_attn:,.0f} 
 record(kv_bytes_per_token=f"{kv_per_token:,.0f}", deltanet_bytes=f"{dn:,}",
        crossover_tokens=f"{dn / kv_per_token:,.0f}",
        kv_gib_at_max=f"{kv_per_token * longest / 2**30:.1f}")
+c = model.cfg                                               # the factors of the two sizes, for the page's formulas
+record(n_attn_layers=n_attn, n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
+       n_deltanet_layers=len(c.layer_types) - n_attn, n_v_heads=c.linear_num_value_heads,
+       k_dim=c.linear_key_head_dim, v_dim=c.linear_value_head_dim,
+       conv_channels=cache.layers[0].conv.shape[1], conv_cols=cache.layers[0].conv.shape[2],
+       value_bytes=torch.finfo(torch.float32).bits // 8, grown_tokens=t1 - t0,
+       all_attn_factor=f"{len(c.layer_types) / n_attn:g}")
 
 
 def draw(t):

@@ -11,7 +11,7 @@ from qwen.model import from_pretrained
 from qwen.weights import find_model
 
 path = find_model()
-model = from_pretrained(path, torch.float32)
+model = from_pretrained(path, torch.float32, fast=False)
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):
     print("(the tiny test model: its weights are random, so its answers are random too)\n")
@@ -27,9 +27,10 @@ print("thinking on, it ends instead with: "
 
 chat = Chat()
 question = "What is the capital of France? Answer in one word."
-stream, answer = TextStream(tok), ""
+stream, answer, limit, n_answer = TextStream(tok), "", 24, 0
 print(f"\nuser: {question}\nassistant: ", end="")
-for token in generate(model, tok.encode(chat.ask(question)).ids, 24):  # greedy, stops at <|im_end|>
+for token in generate(model, tok.encode(chat.ask(question)).ids, limit):  # greedy, stops at <|im_end|>
+    n_answer += 1
     piece = stream.push(token)
     print(piece, end="")
     answer += piece
@@ -40,4 +41,4 @@ chat.answer(answer)
 following = chat.ask("And of Germany?")
 print(f"\nthe next prompt carries the history "
       f"({len(tok.encode(following).ids)} tokens):\n{following}")
-record(hello_prompt_tokens=len(ids))
+record(hello_prompt_tokens=len(ids), answer_limit=limit, answer_tokens=n_answer)
