@@ -19,6 +19,7 @@ TEXT = {
         "runs": "`{script}`，实测 {seconds} 秒（{model}，{device}，torch {torch}）",
         "tiny": "微型测试模型",
         "output_title": "输出",
+        "tiny_figure": "微型测试模型的随机权重画出的图，不代表 Qwen3.5-0.8B",
         "measured": "实测：`{script}` · {model} · {machine} · {threads} 线程 · {date} · torch {torch} · {dtype}",
         "unofficial": "不是官方权重",
         "unofficial_note": "这份输出来自 {model}，不是 Qwen/Qwen3.5-0.8B 的官方权重。",
@@ -33,6 +34,7 @@ TEXT = {
         "runs": "`{script}`, measured {seconds} s ({model}, {device}, torch {torch})",
         "tiny": "tiny test model",
         "output_title": "Output",
+        "tiny_figure": "drawn from the tiny test model's random weights, not Qwen3.5-0.8B",
         "measured": "Measured: `{script}` · {model} · {machine} · {threads} threads · {date} · torch {torch} · {dtype}",
         "unofficial": "not the official weights",
         "unofficial_note": "This output comes from {model}, not from the official Qwen/Qwen3.5-0.8B weights.",
@@ -127,7 +129,7 @@ def _macro(page, lang, match, in_code_span=False):
             raise PluginError(f"{page.file.src_uri}: no figure {fig}: run `python -m book.regen`")
         up = "../" * (len(PurePosixPath(page.file.src_uri).parts) - 1)
         alt = as_text(args[1] if len(args) > 1 else args[0]).replace("[", "\\[").replace("]", "\\]")
-        return f"![{alt}]({up}{fig})\n\n" + _provenance_note(figure_provenance(args[0]), lang)
+        return f"![{alt}]({up}{fig})\n\n" + _provenance_note(figure_provenance(args[0]), lang, figure=True)
     if name == "tree":
         if "chapter" not in page.meta:
             raise PluginError(f"{page.file.src_uri}: {{{{ tree }}}} needs `chapter:` in the front matter")
@@ -169,12 +171,14 @@ def is_tiny(p):
     return p["model"] == "tiny test model"
 
 
-def _provenance_note(p, lang):
+def _provenance_note(p, lang, figure=False):
     t = TEXT[lang]
     note = f"<small>{t['provenance'].format(**_fmt(p, lang))}</small>\n"
     if p.get("measured"):
         note = f"<small>{t['measured'].format(**_fmt(p, lang), machine=html.escape(str(p.get('machine', '?'))), threads=p.get('threads', '?'), date=p.get('date', '?'))}</small>\n"
-    if is_tiny(p):
+    if is_tiny(p) and figure:                    # under a figure: a label, not a second warning box
+        note = note.replace("</small>", f" · <strong class=\"tiny-label\">⚠ {t['tiny_figure']}</strong></small>")
+    elif is_tiny(p):
         note += f"\n!!! warning \"{t['tiny']}\"\n    {t['tiny_note']}\n"
     elif not p.get("official", True) and not p.get("measured"):
         note += f"\n!!! warning \"{t['unofficial']}\"\n    {t['unofficial_note'].format(model=html.escape(p['model']))}\n"
@@ -293,10 +297,10 @@ def _split_site(config):
         return
     site = Path(config.site_dir)
     if "zh" in _not_found:
-        (site / "404.html").write_text(_not_found["zh"])
+        (site / "404.html").write_text(ALTERNATE.sub("", _not_found["zh"]))
     if "en" in _not_found:
         (site / "en").mkdir(exist_ok=True)
-        (site / "en" / "404.html").write_text(_not_found["en"])
+        (site / "en" / "404.html").write_text(ALTERNATE.sub("", _not_found["en"]))
     index_path = site / "search" / "search_index.json"
     if not index_path.is_file():
         return
@@ -338,9 +342,55 @@ def on_page_content(html, page, config, files):
     if not page.file.src_uri.endswith(".ipynb"):
         return html
     html = notebook_links(html, page, files)
+    html = _notebook_anchors(html, page, config)
     from markdown import Markdown
 
     repo = config.repo_url.rstrip("/")
     line = TEXT[_lang(page)]["edit"].format(edit=f"{repo}/edit/main/docs/{page.file.src_uri}",
                                             issue=f"{repo}/issues/new?title={page.file.src_uri}")
     return html + "\n<hr>\n" + Markdown().convert(line) + "\n"
+
+
+ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
+
+
+def on_post_page(output, page, config):
+    """Drop the head's <link rel="alternate" hreflang> (the sitemap lists each page's twin for search engines):
+    Material fetches sitemap.xml beside each of them, and beside a twin page there is none (a 404 per page)."""
+    return ALTERNATE.sub("", output)
+
+
+NB_HEADING = re.compile(r'<(h[1-6]) id="([^"]*)">(.*?)<a class="anchor-link" href="#[^"]*">¶</a></\1>', re.S)
+
+
+def _notebook_anchors(html, page, config):
+    """mkdocs-jupyter slugs notebook headings in ASCII: Chinese headings get ids like "" and "1", and its table of
+    contents other ones (#_1). Give the headings the pages' slugs (toc's slugify from mkdocs.yml) and point the
+    table of contents at them."""
+    from markdown.extensions.toc import unique
+    from markdown.extensions.toc import slugify as ascii_slugify
+
+    slugify = config.mdx_configs.get("toc", {}).get("slugify", ascii_slugify)
+    used, by_title = set(), {}
+
+    def text_of(inner):
+        return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", inner)).strip()
+
+    def fix(match):
+        tag, _, inner = match.groups()
+        title = text_of(inner)
+        new = unique(slugify(title, "-"), used)
+        by_title.setdefault(title, []).append(new)
+        return f'<{tag} id="{new}">{inner}<a class="anchor-link" href="#{new}">¶</a></{tag}>'
+
+    html = NB_HEADING.sub(fix, html)
+
+    def walk(items):
+        for item in items:
+            ids = by_title.get(text_of(item.title))
+            if ids:
+                item.id = ids.pop(0)
+            walk(item.children)
+
+    walk(page.toc)
+    return html

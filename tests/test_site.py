@@ -91,3 +91,45 @@ def test_built_page_in_both_editions_with_switcher_to_its_twin(site, page):
 def test_chinese_search_index_is_segmented(site):
     index = (site / "search" / "search_index.json").read_text()
     assert "\\u200b" in index or "\u200b" in index, "jieba did not segment the Chinese text"
+
+
+def test_each_edition_searches_its_own_index(site):
+    """One index per edition, in its own language: English pages never answer a Chinese search and the other way
+    round, and no stemmer (Material searches words as prefixes, which never match a stem)."""
+    import json
+
+    zh = json.loads((site / "search" / "search_index.json").read_text())
+    en = json.loads((site / "en" / "search" / "search_index.json").read_text())
+    assert zh["config"]["lang"] == ["zh"] and en["config"]["lang"] == ["en"]
+    assert "stemmer" not in zh["config"]["pipeline"] + en["config"]["pipeline"]
+    assert not [d["location"] for d in zh["docs"] if d["location"].startswith("en/")], "English pages in zh search"
+    assert {d["location"].split("/")[0] for d in zh["docs"]} >= {"02-embedding"}
+    assert len({d["location"].split("#")[0] for d in en["docs"]}) == len({d["location"].split("#")[0] for d in zh["docs"]})
+    raw = [d["location"] for d in zh["docs"] + en["docs"] if "\\(" in d["text"] or "\\[" in d["text"]]
+    assert not raw, f"search snippets with raw TeX delimiters: {raw[:5]}"
+
+
+def test_each_edition_has_its_own_404_page(site):
+    assert '<html lang="zh"' in (site / "404.html").read_text()
+    assert '<html lang="en"' in (site / "en" / "404.html").read_text()
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_included_code_is_titled_with_its_file(lang):
+    """A block of included code says which file it comes from (```python title="qwen/embedding.py")."""
+    untitled = []
+    for page in sorted((DOCS / lang).rglob("*.md")):
+        lines = page.read_text().split("\n")
+        for i, line in enumerate(lines[:-1]):
+            include = re.match(r'\s*--8<--\s+"([^":]+)', lines[i + 1])
+            if include and re.match(r"\s*```python", line) and f'title="{include.group(1)}"' not in line:
+                untitled.append(f"{page.relative_to(DOCS)}:{i + 1}: {line.strip()} (include {include.group(1)})")
+    assert not untitled, "\n".join(untitled)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_what_the_chapter_runs_is_one_box(lang):
+    """{{ runs(...) }} expands into a box with its own title: it stands alone on its line, said once."""
+    bad = [f"{p.relative_to(DOCS)}: {line.strip()}" for p in sorted((DOCS / lang).rglob("*.md"))
+           for line in p.read_text().split("\n") if "{{ runs(" in line and not re.fullmatch(r"\{\{ runs\([^)]*\) \}\}", line.strip())]
+    assert not bad, "\n".join(bad)

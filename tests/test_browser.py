@@ -1,0 +1,621 @@
+"""The built site as a reader sees it, in real headless Chromium: both editions, at 390 px (a phone) and 1280 px.
+
+    .venv/bin/python -m pytest -m browser tests/test_browser.py
+
+The site is built once (notebooks not executed: their stored outputs are shown) and served from a local http
+server under the path of `site_url`, as on GitHub Pages. Pages are discovered from the built site, so new chapters
+and lessons are checked without touching this file. A failing check saves a screenshot under
+$BOOK_ARTIFACTS (default: test-artifacts/browser/), which CI uploads.
+
+BOOK_SITE=<folder> checks a site built before instead of building one.
+
+No browser found: the tests skip on a developer's machine and fail in CI (`CI` or `BOOK_CI` set, as `.ci/run`
+does), because `.ci/run` installs Debian's chromium and chromium-driver itself.
+"""
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(os.environ.get("BOOK_ARTIFACTS", ROOT / "test-artifacts" / "browser"))
+IN_CI = bool(os.environ.get("CI") or os.environ.get("BOOK_CI"))   # CI sets CI; .ci/run sets BOOK_CI
+EDITIONS = ("zh", "en")
+PHONE, DESKTOP = 390, 1280
+
+# Words a reader types, in the forms they take. Material searches each word as a prefix (cache*), so an index of
+# stems (cach, gate, chunk) finds none of them. Each must find pages of the edition searched, and only those.
+SEARCH = {
+    "zh": ["嵌入", "注意力", "缓存", "分词器", "cache", "gated", "weights", "tokens", "chunked", "attention"],
+    "en": ["cache", "gated", "weights", "tokens", "chunked", "attention", "embeddings", "嵌入"],
+}
+# "嵌入" on the English edition finds nothing: the English pages hold no Chinese; it must not find Chinese pages.
+EXPECT_NONE = {("en", "嵌入")}
+
+pytestmark = pytest.mark.browser
+
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1"]
+
+
+def _find(env, names, folders=()):
+    if os.environ.get(env) and Path(os.environ[env]).is_file():
+        return os.environ[env]
+    for folder in folders:
+        for name in names:
+            if folder and (Path(folder) / name).is_file():
+                return str(Path(folder) / name)
+    for name in names:
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def find_browser():
+    """(chromium, chromedriver) paths, or None. GitHub's runners ship google-chrome and $CHROMEWEBDRIVER."""
+    chrome = _find("CHROME_BIN", ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"])
+    driver = _find("CHROMEDRIVER", ["chromedriver"], [os.environ.get("CHROMEWEBDRIVER", "")])
+    return (chrome, driver) if chrome and driver else None
+
+
+# ---------------------------------------------------------------------------------------------------------- site
+
+
+def build_site(out):
+    """`mkdocs build --strict` into out, notebooks not executed (their stored outputs are what readers see)."""
+    env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "false", "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    problems = [line for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
+    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(problems or proc.stderr[-3000:])
+    return out
+
+
+def base_path():
+    """The path the site is published under (from site_url), e.g. /transformer-by-hand/."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    return urlsplit(config["site_url"]).path.rstrip("/") + "/"
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve(root):
+    """An http server on 127.0.0.1 (a free port) in a thread; returns (server, base url)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def pages(site):
+    """{edition: [page paths relative to the site root, like '' or '02-embedding/' or 'en/lessons/embedding/']}."""
+    found = {"zh": [], "en": []}
+    for html in sorted(site.rglob("index.html")):
+        rel = html.parent.relative_to(site).as_posix()
+        rel = "" if rel == "." else rel + "/"
+        if rel.startswith(("assets/", "search/", "javascripts/", "stylesheets/", "figures/", "outputs/")):
+            continue
+        found["en" if rel.startswith("en/") or rel == "en/" else "zh"].append(rel)
+    return found
+
+
+class Anchors(HTMLParser):
+    """Every id in a page, and every href that points into a page (#x or page/#x), in the whole page."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.links = set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if attrs.get("name") and tag == "a":
+            self.ids.add(attrs["name"])
+        href = attrs.get("href")
+        if tag == "a" and href and "#" in href and not re.match(r"[a-z]+:", href):
+            self.links.append(href)
+
+
+# ------------------------------------------------------------------------------------------------------- browser
+
+
+def start_browser(width, height=900, dark=False):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chrome, driver = find_browser()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='book-chromium-')}")
+    options.add_argument(f"--window-size={width},{height}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(options=options, service=Service(executable_path=driver))
+    browser.set_page_load_timeout(30)
+    # the viewport, not the window, gets the width a phone would have
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    if dark:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    return browser
+
+
+WAIT_READY = """
+const done = arguments[arguments.length - 1];
+(async () => {
+  for (let i = 0; i < 200 && document.readyState !== "complete"; i++) await new Promise(r => setTimeout(r, 25));
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    try { await MathJax.startup.promise; } catch (e) {}
+    if (MathJax.typesetPromise) { try { await MathJax.typesetPromise(); } catch (e) {} }
+  }
+  await document.fonts.ready;
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  done(true);
+})();
+"""
+
+
+def load(browser, url):
+    """Open url and wait until the page, MathJax and fonts have settled."""
+    browser.get(url)
+    browser.set_script_timeout(30)
+    browser.execute_async_script(WAIT_READY)
+
+
+def shot(browser, name):
+    """A screenshot of the whole page (not only the screen) under ARTIFACTS; returns its path."""
+    import base64
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / (re.sub(r"[^\w.-]+", "_", name).strip("_") + ".png")
+    try:
+        data = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        path.write_bytes(base64.b64decode(data["data"]))
+    except Exception:                                 # a driver without CDP: the screen only
+        browser.save_screenshot(str(path))
+    return path
+
+
+# What a page shows, measured in the browser: display formulas, code lines, the copy buttons, figures.
+MEASURE = """
+const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height].map(Math.round); };
+const display = [...document.querySelectorAll("article div.arithmatex, article mjx-container[display='true']")]
+  .filter(e => !e.closest("div.arithmatex") || e.matches("div.arithmatex"));
+const formulas = display.map(e => {
+  const svg = e.querySelector("svg"), r = (svg || e).getBoundingClientRect();
+  return {tex: e.textContent.trim().slice(0, 60), width: Math.round(r.width), height: Math.round(r.height),
+          rendered: !!svg};
+});
+const code = [];
+for (const pre of document.querySelectorAll("article pre")) {
+  const scroller = pre.querySelector(":scope > code") || pre;
+  if (!scroller.offsetParent || pre.closest(".jp-OutputArea")) continue;           // hidden, or a cell's output
+  const visible = scroller.cloneNode(true);        // the code as shown: without the annotations' hidden text
+  visible.querySelectorAll(".md-annotation__index, .md-tooltip, .md-tooltip2, aside").forEach(e => e.remove());
+  const text = visible.textContent.replace(/\\n$/, "");
+  const columns = l => [...l].reduce((n, ch) => n + (/[\\u1100-\\u115f\\u2e80-\\ua4cf\\uac00-\\ud7a3\\uf900-\\ufaff\\ufe30-\\ufe4f\\uff00-\\uff60\\uffe0-\\uffe6]/.test(ch) ? 2 : 1), 0);
+  const longest = Math.max(0, ...text.split("\\n").map(columns));
+  const block = pre.closest(".highlight, .jp-InputArea-editor") || pre;
+  const button = block.querySelector(".md-code__nav, .md-clipboard, .zeroclipboard-container");
+  const b = button && button.getBoundingClientRect();
+  let covered = [];
+  if (b && b.width) {                             // text under the copy button (the first lines' ends)
+    const walker = document.createTreeWalker(scroller, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const range = document.createRange(); range.selectNodeContents(n);
+      for (const r of range.getClientRects())
+        if (r.width > 1 && r.right > b.left + 1 && r.left < b.right && r.bottom > b.top + 1 && r.top < b.bottom - 1)
+          covered.push(n.textContent.trim().slice(0, 40));
+    }
+  }
+  code.push({longest, scroll: scroller.scrollWidth, client: scroller.clientWidth, covered: covered.filter(Boolean),
+             first: text.split("\\n").find(l => columns(l) === longest).slice(0, 50), box: box(pre)});
+}
+const figures = [...document.querySelectorAll("article img")]
+  .map((i, index) => ({index, src: i.getAttribute("src").slice(0, 80), box: box(i), natural: i.naturalWidth,
+                       shown: !!i.offsetParent}))
+  .filter(f => f.shown && f.natural > 100);
+const bg = getComputedStyle(document.body).backgroundColor;
+const switcher = [...document.querySelectorAll(".md-select a[hreflang]")].map(a => [a.hreflang, a.href]);
+const article = document.querySelector("article").getBoundingClientRect().width;
+const cells = [...document.querySelectorAll(".jp-Cell .jp-InputArea-editor, .jp-Cell .jp-OutputArea-output")]
+  .filter(e => e.offsetParent).map(e => Math.round(e.getBoundingClientRect().width));
+const breaking = [...document.querySelectorAll(".jp-OutputArea-output pre")]
+  .filter(e => getComputedStyle(e).wordBreak === "break-all").length;
+const lesson = {article: Math.round(article), narrowest: cells.length ? Math.min(...cells) : null, breaking};
+return {formulas, code, figures, bg, switcher, lesson, scheme: document.body.getAttribute("data-md-color-scheme"),
+        width: document.documentElement.clientWidth, overflowX: document.documentElement.scrollWidth};
+"""
+
+
+PAINTED = """
+const [index, done] = [arguments[0], arguments[arguments.length - 1]];
+const img = document.querySelectorAll("article img")[index];
+img.scrollIntoView({block: "center"});
+(img.decode ? img.decode() : Promise.resolve()).catch(() => {}).then(() =>
+  requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(() => done(img), 50))));
+"""
+
+
+def external(message, url):
+    """A request to another host failed: the test machine is offline (GitHub's API for the repository's stars)."""
+    m = re.match(r"(https?://[^/ ]+)\S* - Failed to load resource: net::", message)
+    return bool(m) and not url.startswith(m.group(1))
+
+
+class Sweep:
+    """Every page of one edition at one width: measurements, JavaScript errors, screenshots of failing pages."""
+
+    def __init__(self, chrome, url, paths, width, dark=False):
+        self.url, self.paths, self.width, self.dark = url, paths, width, dark
+        self.browser = start_browser(width, 900 if width > 600 else 844, dark)
+        self.results = {}
+        try:
+            for path in paths:
+                load(self.browser, url + path)
+                result = self.browser.execute_script(MEASURE)
+                result["errors"] = [e["message"][:300] for e in self.browser.get_log("browser")
+                                    if e["level"] == "SEVERE" and not external(e["message"], url)]
+                self.results[path] = result
+                if dark and result["figures"]:
+                    result["figure_pixels"] = [self.pixels(f) for f in result["figures"]]
+        except Exception:
+            self.browser.quit()
+            raise
+
+    def pixels(self, figure):
+        """(mean luminance, spread) of a figure as drawn on the screen, 0..1."""
+        from io import BytesIO
+
+        from PIL import Image, ImageStat
+
+        for _ in range(3):                            # a large SVG may not be painted yet right after scrolling
+            element = self.browser.execute_async_script(PAINTED, figure["index"])
+            stat = ImageStat.Stat(Image.open(BytesIO(element.screenshot_as_png)).convert("L"))
+            mean, spread = round(stat.mean[0] / 255, 3), round(stat.stddev[0] / 255, 3)
+            if spread > 0:
+                break
+        return mean, spread
+
+    def shot(self, path, what):
+        load(self.browser, self.url + path)
+        mode = "dark" if self.dark else "light"
+        return shot(self.browser, f"{what}_{mode}_{self.width}_{path or 'home'}")
+
+    def close(self):
+        self.browser.quit()
+
+
+# -------------------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def chrome():
+    found = find_browser()
+    if found is None:
+        message = ("no Chromium and chromedriver found (install Debian's chromium and chromium-driver, or set "
+                   "CHROME_BIN and CHROMEDRIVER)")
+        if IN_CI:
+            pytest.fail(message + ": CI must run the browser tests (.ci/run installs them)")
+        pytest.skip(message)
+    pytest.importorskip("selenium", reason="selenium is installed with the test extra: pip install -e '.[test]'")
+    return found
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory, chrome):
+    """The site, built once per session; BOOK_SITE=<folder> checks a site built before instead."""
+    if os.environ.get("BOOK_SITE"):
+        return Path(os.environ["BOOK_SITE"])
+    return build_site(tmp_path_factory.mktemp("browser") / "site")
+
+
+@pytest.fixture(scope="session")
+def url(site, tmp_path_factory):
+    """The site served as GitHub Pages serves it: under the path of site_url."""
+    root = tmp_path_factory.mktemp("www")
+    (root / base_path().strip("/")).symlink_to(site, target_is_directory=True)
+    server, address = serve(root)
+    yield address + base_path()
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def all_pages(site):
+    found = pages(site)
+    assert len(found["zh"]) == len(found["en"]) > 1, found
+    return found
+
+
+_sweeps = {}
+
+
+@pytest.fixture(scope="session")
+def sweep(chrome, url, site, all_pages):
+    """sweep(edition, width, dark=False): each combination is measured once per session."""
+
+    def get(edition, width, dark=False):
+        key = (edition, width, dark)
+        if key not in _sweeps:
+            paths = all_pages[edition]
+            if dark:                                  # dark mode is checked on the pages with figures
+                paths = [p for p in paths if "<img" in (site / p / "index.html").read_text().split("<article", 1)[-1]]
+            _sweeps[key] = Sweep(chrome, url, paths, width, dark)
+        return _sweeps[key]
+
+    yield get
+    for s in _sweeps.values():
+        s.close()
+    _sweeps.clear()
+
+
+def report(sweep, problems, what):
+    """Fail with one line per problem, after saving a screenshot of each page that has one."""
+    if not problems:
+        return
+    shots = [str(sweep.shot(path, what)) for path in sorted({p for p, _ in problems})[:8]]
+    lines = [f"{sweep.url}{path}: {problem}" for path, problem in problems]
+    pytest.fail(f"{len(problems)} problems ({what}, {sweep.width} px):\n" + "\n".join(lines[:40])
+                + "\nscreenshots: " + " ".join(shots))
+
+
+# ------------------------------------------------------------------------------------------------------------ tests
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_no_javascript_errors(sweep, edition):
+    for width in (DESKTOP, PHONE):
+        s = sweep(edition, width)
+        report(s, [(p, e) for p, r in s.results.items() for e in r["errors"]], "javascript")
+
+
+@pytest.mark.parametrize("width", [PHONE, DESKTOP])
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_every_display_formula_has_a_visible_size(sweep, edition, width):
+    s = sweep(edition, width)
+    problems = [(p, f"formula {f['tex']!r} drawn {f['width']}x{f['height']} px"
+                 + ("" if f["rendered"] else " (not typeset)"))
+                for p, r in s.results.items() for f in r["formulas"]
+                if not f["rendered"] or f["width"] < 8 or f["height"] < 8]
+    count = sum(len(r["formulas"]) for r in s.results.values())
+    print(f"{edition} {width} px: {count} display formulas on {len(s.results)} pages")
+    assert count > 0, "no display formula found: the measurement finds none"
+    report(s, problems, "formula")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_pages_fit_the_phone_screen(sweep, edition):
+    s = sweep(edition, PHONE)
+    report(s, [(p, f"the page scrolls sideways: {r['overflowX']} px wide on a {r['width']} px screen")
+               for p, r in s.results.items() if r["overflowX"] > r["width"] + 1], "page-width")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
+    """The book's code lines are at most 100 columns: at 1280 px each one shows whole, none under the copy button."""
+    s = sweep(edition, DESKTOP)
+    problems, longer = [], []
+    for p, r in s.results.items():
+        for c in r["code"]:
+            if c["longest"] > 100:
+                longer.append(f"{p}: {c['longest']} columns: {c['first']!r}")
+                continue
+            if c["scroll"] > c["client"] + 1:
+                problems.append((p, f"a {c['longest']}-column line overflows ({c['scroll']} > {c['client']} px): "
+                                    f"{c['first']!r}"))
+            if c["covered"]:
+                problems.append((p, f"the copy button covers {c['covered'][:3]}"))
+    if longer:
+        print(f"lines over 100 columns scroll sideways ({len(longer)} blocks):\n" + "\n".join(longer))
+    assert sum(len(r["code"]) for r in s.results.values()) > 0
+    report(s, problems, "code")
+
+
+@pytest.mark.parametrize("width", [PHONE, DESKTOP])
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_lessons_use_the_whole_column(sweep, edition, width):
+    """A lesson's code cells and outputs are as wide as a chapter's text (no prompts eating the width), and an
+    output never breaks a number in two."""
+    s = sweep(edition, width)
+    problems = []
+    for p, r in s.results.items():
+        lesson = r["lesson"]
+        if lesson["narrowest"] is not None and lesson["narrowest"] < 0.97 * lesson["article"]:
+            problems.append((p, f"a cell {lesson['narrowest']} px wide in a {lesson['article']} px column"))
+        if lesson["breaking"]:
+            problems.append((p, f"{lesson['breaking']} outputs wrap anywhere (word-break: break-all)"))
+    assert any(r["lesson"]["narrowest"] for r in s.results.values()), "no lesson found"
+    report(s, problems, "lesson")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_figures_are_readable_in_dark_mode(sweep, edition):
+    """In dark mode a figure is drawn dark like the page (not a white box), and still has contrast to read."""
+    s = sweep(edition, DESKTOP, dark=True)
+    problems, count = [], 0
+    for p, r in s.results.items():
+        assert r["scheme"] == "slate", f"{p}: dark mode asked for, got {r['scheme']!r}"
+        for f, (mean, spread) in zip(r["figures"], r.get("figure_pixels", [])):
+            count += 1
+            if mean > 0.5:
+                problems.append((p, f"{f['src']}: a bright box on a dark page (mean luminance {mean})"))
+            elif spread < 0.05:
+                problems.append((p, f"{f['src']}: no contrast (spread {spread})"))
+    print(f"{edition}: {count} figures checked in dark mode")
+    assert count > 0
+    report(s, problems, "dark-figure")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_figures_are_shown_at_a_readable_size(sweep, edition):
+    """At 1280 px no figure is squeezed below 60 % of its own width while the column has room for more."""
+    s = sweep(edition, DESKTOP)
+    problems = [(p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
+                for p, r in s.results.items() for f in r["figures"]
+                if f["box"][2] < 0.6 * f["natural"] and f["box"][2] < 700]
+    report(s, problems, "figure-size")
+
+
+SEARCH_JS = """
+const [query, done] = [arguments[0], arguments[arguments.length - 1]];
+const input = document.querySelector("input.md-search__input");
+const meta = () => (document.querySelector(".md-search-result__meta") || {}).textContent || "";
+const items = () => [...document.querySelectorAll("li.md-search-result__item > a.md-search-result__link")]
+  .map(a => new URL(a.href).pathname);
+const type = text => {
+  input.value = text;
+  input.dispatchEvent(new Event("input", {bubbles: true}));
+  input.dispatchEvent(new KeyboardEvent("keyup", {bubbles: true, key: text.slice(-1) || "Backspace"}));
+};
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+(async () => {
+  document.querySelector("#__search").checked = true;
+  input.focus();
+  type("");                                       // back to the empty box: no results of an earlier query
+  for (let i = 0; i < 50 && items().length; i++) await sleep(50);
+  const empty = meta();
+  type(query);
+  let last = null, stable = 0;
+  for (let i = 0; i < 150; i++) {                 // until the answer has come and stays the same for 0.3 s
+    await sleep(100);
+    const now = meta() + "|" + items().join(",");
+    stable = now === last ? stable + 1 : 0; last = now;
+    if (stable >= 3 && meta() !== empty) break;
+  }
+  const snippets = [...document.querySelectorAll(".md-search-result__article")].map(e => e.textContent).join(" ");
+  done({meta: meta(), pages: items(), snippets});
+})();
+"""
+
+
+def search(browser, query):
+    """What the open page's search box shows for query: {'meta': 'N matching documents', 'pages': [paths]}."""
+    browser.set_script_timeout(30)
+    return browser.execute_async_script(SEARCH_JS, query)
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_search_finds_words_in_their_forms_and_stays_in_its_edition(sweep, url, edition):
+    s = sweep(edition, DESKTOP)
+    home = url + ("en/" if edition == "en" else "")
+    en_root = urlsplit(url).path + "en/"
+    problems = []
+    load(s.browser, home)
+    for query in SEARCH[edition]:
+        found = search(s.browser, query)
+        pages_ = sorted(set(found["pages"]))
+        print(f"search {edition} {query!r}: {len(pages_)} pages ({found['meta']})")
+        wrong = [p for p in pages_ if p.startswith(en_root) != (edition == "en")]
+        if wrong:
+            problems.append(("", f"{query!r} shows pages of the other edition: {wrong[:3]}"))
+        raw = re.findall(r"\\[(\[].{0,20}", found["snippets"])
+        if raw:
+            problems.append(("", f"{query!r}: snippets show raw TeX: {raw[:3]}"))
+        if (edition, query) in EXPECT_NONE:
+            continue
+        if not pages_:
+            problems.append(("", f"{query!r} finds nothing ({found['meta']})"))
+    if problems:
+        shot(s.browser, f"search_{edition}")
+    assert not problems, "\n".join(p for _, p in problems)
+
+
+def test_language_switcher_lands_on_the_twin_page(sweep, url, all_pages):
+    """On every page of both editions the switcher points at the twin page; clicking it lands there."""
+    base = urlsplit(url).path
+    problems = []
+    for edition, other in (("zh", "en"), ("en", "zh")):
+        for here, result in sweep(edition, DESKTOP).results.items():
+            twin = "en/" + here if other == "en" else here[3:]
+            href = dict(result["switcher"]).get(other)
+            if href is None:
+                problems.append(f"{here or 'home'}: no link to the {other} edition")
+            elif urlsplit(href).path != base + twin:
+                problems.append(f"{here or 'home'}: the switcher points at {urlsplit(href).path}, not {base + twin}")
+    s = sweep("zh", DESKTOP)
+    page = next(p for p in all_pages["zh"] if p)                  # a real click, through Material's handlers
+    load(s.browser, url + page)
+    s.browser.execute_script("document.querySelector(`.md-select a[hreflang='en']`).click()")
+    for _ in range(50):
+        if urlsplit(s.browser.current_url).path != base + page:
+            break
+        time.sleep(0.1)
+    landed = urlsplit(s.browser.current_url).path
+    if landed != base + "en/" + page:
+        problems.append(f"{page}: clicking English lands on {landed}")
+    if problems:
+        shot(s.browser, "switcher")
+    assert not problems, "\n".join(problems)
+
+
+def _anchors(site, rel):
+    parser = Anchors()
+    parser.feed((site / rel / "index.html").read_text())
+    return parser
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_every_anchor_in_the_built_pages_resolves(site, all_pages, edition):
+    """Every href with a #fragment (table of contents, permalinks, footnotes, cross-references) finds its id."""
+    cache, problems, checked = {}, [], 0
+    for rel in all_pages[edition]:
+        page = _anchors(site, rel)
+        cache[rel] = page
+        for href in page.links:
+            path, _, fragment = href.partition("#")
+            if not fragment:
+                continue
+            target = os.path.normpath(os.path.join(rel, path)).replace("\\", "/") if path else rel
+            target = "" if target in (".", "") else target.strip("/") + "/"
+            if target.endswith(".html/") or not (site / target / "index.html").is_file():
+                problems.append(f"{rel}: {href} points to no page")
+                continue
+            if target not in cache:
+                cache[target] = _anchors(site, target)
+            checked += 1
+            from urllib.parse import unquote
+            if unquote(fragment) not in cache[target].ids:
+                problems.append(f"{rel or 'home'}: {href} goes nowhere")
+    print(f"{edition}: {checked} anchors checked on {len(all_pages[edition])} pages")
+    assert checked > 0
+    assert not problems, f"{len(problems)} anchors go nowhere:\n" + "\n".join(problems[:40])
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_headings_get_readable_anchors(site, all_pages, edition):
+    """A heading's anchor says what it is (#小结), never a number (#_1) that means nothing when shared."""
+    bad = []
+    for rel in all_pages[edition]:
+        html = (site / rel / "index.html").read_text()
+        bad += [f"{rel or 'home'}: #{m}" for m in re.findall(r'<h[1-6][^>]* id="(_\d*)"', html)]
+    assert not bad, "headings with meaningless anchors:\n" + "\n".join(bad[:40])
+
+
+def test_each_edition_has_its_own_404_page(site, url, chrome, sweep):
+    zh, en = (site / "404.html").read_text(), (site / "en" / "404.html").read_text()
+    assert '<html lang="zh"' in zh and "找不到" in zh, "the 404 page at the root is not the Chinese one"
+    assert '<html lang="en"' in en and "Page not found" in en, "en/404.html is not the English one"
+    s = sweep("zh", DESKTOP)
+    for path, text in (("404.html", "找不到"), ("en/404.html", "Page not found")):
+        load(s.browser, url + path)
+        assert text in s.browser.find_element("tag name", "article").text
+        errors = [e["message"] for e in s.browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, f"{path}: {errors}"
