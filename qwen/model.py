@@ -50,7 +50,9 @@ class Qwen(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, t) for t in cfg.layer_types)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
-        self.lm_head = LMHead(self.embed_tokens.weight)  # tied: the same Parameter, stored once
+        # tied (0.8B): the same Parameter, stored once; untied (larger models): a table of its own
+        self.lm_head = LMHead(self.embed_tokens.weight if cfg.tie_word_embeddings
+                              else nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size)))
 
     # --8<-- [start:model_forward]
     def forward(self, ids, cache=None, last_only=False):
@@ -71,8 +73,14 @@ class Qwen(nn.Module):
 
 
 # --8<-- [start:from_pretrained]
-def from_pretrained(path, dtype=torch.float32, device="cpu"):
-    """The model of the checkpoint folder `path`, with its weights, ready for inference."""
+def from_pretrained(path, dtype=torch.float32, device="cpu", fast=True, quantize=None):
+    """The model of the checkpoint folder `path`, with its weights, ready for inference.
+    fast=False: this file's clear modules; else the same model, made fast (chapters 14-16)."""
+    if fast:
+        from qwen import fast as fast_path          # built from this file's model, proven equal
+        return fast_path.from_pretrained(path, dtype, device, quantize)
+    if quantize is not None:
+        raise ValueError(f"quantize={quantize!r} needs the fast path: drop fast=False")
     model = Qwen(Config.load(path))
     load(model, load_weights(path, dtype))
     return model.requires_grad_(False).to(device)

@@ -1,0 +1,503 @@
+"""Benchmark: our model (clear and fast paths), transformers and llama.cpp on the same weights, next to
+the limits of this machine measured in the same run.
+
+    python scripts/bench.py                      # Qwen3.5-0.8B shapes, random bf16 weights, 2 threads
+    python scripts/bench.py --tiny --repeats 1   # the tiny test model: a smoke run, seconds
+    python scripts/bench.py --json out.json      # also write every measurement as JSON
+    python scripts/bench.py --write              # docs/outputs/bench_*.txt/.json and figures (the book)
+    python scripts/bench.py --make-random-08b    # only build the random 0.8B checkpoint
+
+The 0.8B checkpoint is built once, deterministically, in .cache/random-qwen3.5-0.8b in the official
+layout (speed does not depend on the values). Systems are timed interleaved, A B B A, after a warm-up;
+each number is the median of the repeats, and each ratio the median of the ratios of paired runs.
+llama.cpp is timed when `llama-bench` is on PATH (or --llama-bench) and a GGUF of the same checkpoint is
+given with --gguf (convert it with llama.cpp's own convert_hf_to_gguf.py ... --no-mtp).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from qwen import fast                                          # noqa: E402
+from qwen.cache import Cache                                   # noqa: E402
+from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
+from qwen.weights import Config                                # noqa: E402
+
+RANDOM_08B = ROOT / ".cache" / "random-qwen3.5-0.8b"
+TEXT_08B = {   # Qwen/Qwen3.5-0.8B's text_config: the real dimensions
+    "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                        "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+}
+
+
+# ---------------------------------------------------------------------------- the checkpoint
+def make_random_08b(folder=RANDOM_08B):
+    """Qwen3.5-0.8B's official file layout and shapes with seeded random bf16 weights (no mtp.*)."""
+    from safetensors.torch import save_file
+
+    from book import tiny
+    if (folder / "BUILD_KEY").is_file():
+        return folder
+    text = {**tiny.TEXT, **TEXT_08B}
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent if folder.parent.is_dir() else None,
+                                prefix=".random-08b-"))
+    try:
+        config = {**tiny.OFFICIAL_CONFIG, "book_random_weights": True, "text_config": text}
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        gen = torch.Generator().manual_seed(0)
+        tensors = {k: v.to(torch.bfloat16).contiguous()
+                   for k, v in tiny.text_tensors(text, gen).items()}
+        save_file(tensors, tmp / tiny.WEIGHTS_FILE, metadata={"format": "pt"})
+        index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+                 "weight_map": {k: tiny.WEIGHTS_FILE for k in sorted(tensors)}}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        shutil.copy(tiny.path() / "tokenizer.json", tmp / "tokenizer.json")
+        (tmp / "BUILD_KEY").write_text("1")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+# ---------------------------------------------------------------------------- the machine
+def timeit(f, n=3):
+    """Median seconds of n calls of f after one warm-up call."""
+    f()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine_limits(tiny=False):
+    """Read bandwidth, GEMM and GEMV rates of this machine, measured now."""
+    import torch.nn.functional as F
+    big = torch.ones((32 if tiny else 512) << 18)                   # MiB of fp32
+    lim = {"read_GBps": big.nbytes / timeit(big.sum, 5) / 1e9}
+    n = 256 if tiny else 2048
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
+        lim[f"gemm_{name}_GFLOPs"] = 2 * n**3 / timeit(lambda: a @ b, 2) / 1e9
+    rows, cols = (512, 256) if tiny else (3584, 1024)
+    w, x = torch.randn(rows, cols) * 0.03, torch.randn(1, cols)
+    packed = torch.ops.quantized.linear_prepack_fp16(w, None)
+    kernels = {"fp32": (4, fast.Linear(w)), "bf16": (2, fast.Linear(w.bfloat16())),
+               "fp16_fbgemm": (2, lambda x: torch.ops.quantized.linear_dynamic_fp16(x, packed)),
+               "int8": (1, fast.linear(w, torch.bfloat16, "int8"))}
+    for name, (size, f) in kernels.items():
+        lim[f"gemv_{name}_GBps"] = rows * cols * size / timeit(lambda: f(x), 20) / 1e9
+    return lim
+
+
+# ---------------------------------------------------------------------------- the systems
+class Ours:
+    """Our model: prefill and decode through the same calls generate() makes."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def prefill(self, ids):
+        self.cache = Cache(self.model.cfg)
+        return self.model(ids, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
+
+    @torch.no_grad()
+    def decode(self, x, n):
+        for _ in range(n):
+            x = self.model(x, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
+        return x
+
+
+class Transformers:
+    """transformers' Qwen3_5ForCausalLM with its DynamicCache; logits of the last position only."""
+
+    def __init__(self, folder, dtype):
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+        from qwen.weights import load_weights
+        text = json.loads((folder / "config.json").read_text())["text_config"]
+        torch.set_default_dtype(dtype)
+        try:
+            self.model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**text)).eval()
+        finally:
+            torch.set_default_dtype(torch.float32)
+        W = {"model." + k: v for k, v in load_weights(folder, dtype).items()}
+        self.model.load_state_dict(W, strict=False, assign=True)
+        self.model.tie_weights()
+
+    @torch.no_grad()
+    def prefill(self, ids):
+        from transformers import DynamicCache
+        self.cache = DynamicCache(config=self.model.config)
+        return self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                          logits_to_keep=1).logits[:, -1:].argmax(-1)
+
+    @torch.no_grad()
+    def decode(self, x, n):
+        for _ in range(n):
+            x = self.model(input_ids=x, past_key_values=self.cache, use_cache=True,
+                           logits_to_keep=1).logits[:, -1:].argmax(-1)
+        return x
+
+
+def llama_bench(binary, gguf, threads, prompt, new_tokens):
+    """(prefill tok/s, decode tok/s) of llama.cpp's own benchmark on a GGUF file."""
+    out = subprocess.run([binary, "-m", gguf, "-t", str(threads), "-p", str(prompt), "-n",
+                          str(new_tokens), "-o", "json"], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
+    return pp, tg
+
+
+# ---------------------------------------------------------------------------- the measurement
+# --8<-- [start:measure]
+def interleaved(systems, run, repeats):
+    """{name: [seconds per repeat]}: one warm-up each, then A B B A ... order."""
+    for s in systems.values():
+        run(s, warm=True)
+    times = {name: [] for name in systems}
+    for r in range(repeats):
+        order = list(systems) if r % 2 == 0 else list(reversed(systems))
+        for name in order:
+            times[name].append(run(systems[name]))
+    return times
+
+
+def prefill_run(ids):
+    def run(system, warm=False):
+        x = ids[:, :16] if warm else ids
+        t0 = time.perf_counter()
+        system.prefill(x)
+        return time.perf_counter() - t0
+    return run
+
+
+def decode_run(ids, new_tokens):
+    """Prefill `ids` once (untimed), then time new_tokens decode steps per call."""
+    def run(system, warm=False):
+        if warm:
+            system.x = system.prefill(ids)
+            system.decode(system.x, 2)
+            return 0.0
+        t0 = time.perf_counter()
+        system.x = system.decode(system.x, new_tokens)
+        return time.perf_counter() - t0
+    return run
+
+
+def summarize(times, tokens, base):
+    """{name: {"tok_s": median, "vs_<base>": median of paired ratios}}."""
+    out = {}
+    for name, ts in times.items():
+        out[name] = {"tok_s": tokens / statistics.median(ts)}
+        if base in times:
+            out[name][f"x_{base}"] = statistics.median(b / t for b, t in zip(times[base], ts))
+    return out
+# --8<-- [end:measure]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="the tiny test model (a smoke run)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", default="128,512,2048", help="prefill lengths")
+    ap.add_argument("--contexts", default="128,2048", help="decode after this many tokens")
+    ap.add_argument("--fast-contexts", default="8192", help="more decode contexts, fast path only")
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--long", default="", help="prefill lengths for the cost curve, fast path only "
+                    "(e.g. 1024,4096,16384)")
+    ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
+    ap.add_argument("--gguf", action="append", default=[], metavar="NAME=FILE",
+                    help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--write", action="store_true", help="write docs/outputs/bench_* for the book")
+    ap.add_argument("--make-random-08b", action="store_true", help="build the checkpoint and exit")
+    ap.add_argument("--from-json", type=Path, help="print (and --write) the results of an earlier "
+                    "--json run instead of measuring")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    if args.make_random_08b:
+        print(make_random_08b())
+        return 0
+    if args.from_json:
+        res = json.loads(args.from_json.read_text())
+        text = table(res)
+        print(text)
+        if args.write:
+            write_outputs(res, text, RANDOM_08B if "0.8B" in res["model"] else tiny_folder())
+        return 0
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    load0 = os.getloadavg()
+    started = time.perf_counter()
+    if args.tiny:
+        folder = tiny_folder()
+        prompts, contexts, fast_contexts, long = [16, 32], [16], [48], [16, 64]
+        args.new_tokens = min(args.new_tokens, 4)
+    else:
+        folder = make_random_08b()
+        prompts = [int(n) for n in args.prompts.split(",") if n]
+        contexts = [int(n) for n in args.contexts.split(",") if n]
+        fast_contexts = [int(n) for n in args.fast_contexts.split(",") if n]
+        long = [int(n) for n in args.long.split(",") if n]
+    cfg = Config.load(folder)
+    res = {"machine": machine_name(), "threads": args.threads, "model": "tiny test model"
+           if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights", "repeats": args.repeats,
+           "new_tokens": args.new_tokens}
+
+    # loading: each in a fresh process, so that peak memory is its own
+    res["load"] = {name: load_in_subprocess(folder, name, args.threads)
+                   for name in ("clear", "fast", "int8")}
+    res["limits"] = machine_limits(args.tiny)
+    bf16 = torch.bfloat16
+    systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16, fast=False)),
+               "ours fast": Ours(fast.from_pretrained(folder, bf16)),
+               "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8"))}
+    if not args.no_transformers:
+        systems["transformers"] = Transformers(folder, bf16)
+    base = "transformers" if "transformers" in systems else "ours clear"
+    ids = torch.randint(0, cfg.vocab_size, (1, max(prompts + contexts + fast_contexts + long)),
+                        generator=torch.Generator().manual_seed(0))
+    res["prefill"], res["decode"], res["long_prefill"] = {}, {}, {}
+    for n in prompts:
+        times = interleaved(systems, prefill_run(ids[:, :n]), args.repeats)
+        res["prefill"][n] = summarize(times, n, base)
+        print_row(f"prefill {n}", res["prefill"][n])
+    for n in contexts:
+        times = interleaved(systems, decode_run(ids[:, :n], args.new_tokens), args.repeats)
+        res["decode"][n] = summarize(times, args.new_tokens, base)
+        print_row(f"decode after {n}", res["decode"][n])
+    only_fast = {"ours fast": systems["ours fast"]}
+    for n in fast_contexts:
+        times = interleaved(only_fast, decode_run(ids[:, :n], args.new_tokens), args.repeats)
+        res["decode"][n] = summarize(times, args.new_tokens, base)
+        print_row(f"decode after {n}", res["decode"][n])
+    for n in long:
+        times = interleaved({"ours fast": systems["ours fast"]}, prefill_run(ids[:, :n]), 1)
+        res["long_prefill"][n] = summarize(times, n, base)["ours fast"]["tok_s"]
+    if args.llama_bench and args.gguf:
+        res["llama.cpp"] = {}
+        for spec in args.gguf:
+            name, _, file = spec.partition("=")
+            res["llama.cpp"][name] = llama_bench(args.llama_bench, file, args.threads, prompts[0],
+                                                 args.new_tokens)
+    res["bounds"] = bounds(cfg, res["limits"])
+    res["load_avg"] = {"before": load0, "after": os.getloadavg()}
+    res["seconds"] = time.perf_counter() - started
+    text = table(res)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+    if args.write:
+        write_outputs(res, text, folder)
+    return 0
+
+
+def tiny_folder():
+    from book.tiny import path
+    return path()
+
+
+def machine_name():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        name = next(line.split(":", 1)[1].strip() for line in out.splitlines()
+                    if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or platform.machine()
+    return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
+
+
+LOAD_CODE = """
+import resource, sys, time, torch
+torch.set_num_threads(int(sys.argv[3]))
+from qwen import fast
+from qwen.model import from_pretrained
+t0 = time.perf_counter()
+if sys.argv[2] == "clear":
+    m = from_pretrained(sys.argv[1], torch.bfloat16, fast=False)
+else:
+    m = fast.from_pretrained(sys.argv[1], torch.bfloat16,
+                             quantize="int8" if sys.argv[2] == "int8" else None)
+t = time.perf_counter() - t0
+print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def load_in_subprocess(folder, kind, threads):
+    """(seconds, peak RSS bytes) of loading the model in a fresh Python."""
+    out = subprocess.run([sys.executable, "-c", LOAD_CODE, str(folder), kind, str(threads)],
+                         capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    t, rss = out.stdout.split()[-2:]
+    return {"seconds": float(t), "peak_rss": int(rss)}
+
+
+def weight_bytes(cfg, per_weight):
+    """Bytes one decode step reads: every matrix once (the tied table once, as the head)."""
+    from qwen.weights import parameter_budget
+    return sum(parameter_budget(cfg).values()) * per_weight
+
+
+def bounds(cfg, lim):
+    """Tokens per second the machine allows: decode by bandwidth, prefill by GEMM rate."""
+    from qwen.weights import parameter_budget
+    params = sum(parameter_budget(cfg).values())
+    return {"params": params,
+            "decode_bf16_tok_s": lim["read_GBps"] * 1e9 / (2 * params),
+            "decode_int8_tok_s": lim["read_GBps"] * 1e9 / params,
+            "prefill_tok_s": max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"]) * 1e9
+            / (2 * params)}
+
+
+def print_row(label, row):
+    print(f"  {label:18}" + "  ".join(f"{k} {v['tok_s']:8.2f}" for k, v in row.items()), flush=True)
+
+
+def table(res):
+    b, lim = res["bounds"], res["limits"]
+    lines = [f"{res['model']} · {res['machine']} · {res['threads']} threads · "
+             f"median of {res['repeats']}, tokens/s (x = median of paired ratios)"]
+    names = list(next(iter(res["prefill"].values())))
+    base = "transformers" if "transformers" in names else "ours clear"
+    head = f"{'':20}" + "".join(f"{n:>22}" for n in names) + f"{'bound':>10}"
+    lines.append(head)
+    for kind in ("prefill", "decode"):
+        for n, row in res[kind].items():
+            cells = ""
+            for name in names:
+                if name in row:
+                    r = row[name]
+                    x = f"(x{r['x_' + base]:5.2f})" if "x_" + base in r else " " * 8
+                    cells += f"{r['tok_s']:>13.2f} {x}"
+                else:
+                    cells += f"{'-':>22}"
+            bound = b["prefill_tok_s"] if kind == "prefill" else b["decode_bf16_tok_s"]
+            label = f"{kind} {n}" if kind == "prefill" else f"decode after {n}"
+            lines.append(f"{label:20}{cells}{bound:>10.1f}")
+    lines.append("fraction of the bound: " + ", ".join(
+        f"{name} decode {row['tok_s'] / (b['decode_int8_tok_s'] if 'int8' in name else b['decode_bf16_tok_s']):.0%}"
+        for name, row in next(iter(res["decode"].values())).items()))
+    for name, (pp, tg) in res.get("llama.cpp", {}).items():
+        lines.append(f"llama.cpp {name}: prefill {pp:.1f} tok/s, decode {tg:.1f} tok/s")
+    if res["long_prefill"]:
+        lines.append("ours fast prefill, tok/s by prompt length: " + ", ".join(
+            f"{n}: {v:.1f}" for n, v in res["long_prefill"].items()))
+    lines.append("loading (s, peak RSS GB): " + ", ".join(
+        f"{k} {v['seconds']:.2f} s {v['peak_rss'] / 1e9:.2f} GB" for k, v in res["load"].items()))
+    lines.append(f"machine: read {lim['read_GBps']:.1f} GB/s; GEMM fp32 {lim['gemm_fp32_GFLOPs']:.0f},"
+                 f" bf16 {lim['gemm_bf16_GFLOPs']:.1f} GFLOP/s; GEMV GB/s: " + ", ".join(
+                     f"{k[5:-5]} {v:.1f}" for k, v in lim.items() if k.startswith("gemv_")))
+    lines.append(f"bounds: decode bf16 {b['decode_bf16_tok_s']:.1f}, int8 {b['decode_int8_tok_s']:.1f}"
+                 f", prefill {b['prefill_tok_s']:.0f} tok/s; load average "
+                 f"{res['load_avg']['before'][0]:.2f} -> {res['load_avg']['after'][0]:.2f}")
+    return "\n".join(lines)
+
+
+def flat_values(res):
+    """The numbers the pages quote, under flat keys: {{ value("bench_08b", "decode_128_fast") }}."""
+    short = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "transformers": "hf"}
+    v = {}
+    for kind in ("prefill", "decode"):
+        for n, row in res[kind].items():
+            for name, r in row.items():
+                v[f"{kind}_{n}_{short[name]}"] = f"{r['tok_s']:.1f}"
+                for k, x in r.items():
+                    if k.startswith("x_"):
+                        v[f"{kind}_{n}_{short[name]}_x"] = f"{x:.2f}"
+    for name, (pp, tg) in res.get("llama.cpp", {}).items():
+        v[f"llama_{name}_prefill"], v[f"llama_{name}_decode"] = f"{pp:.1f}", f"{tg:.1f}"
+    for n, t in res["long_prefill"].items():
+        v[f"long_{n}"] = f"{t:.1f}"
+    for k, x in res["load"].items():
+        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
+    v.update({k: f"{x:.1f}" for k, x in res["limits"].items()})
+    v.update({k: f"{x:.1f}" for k, x in res["bounds"].items() if k != "params"})
+    dec = res["decode"]
+    first = next(iter(dec))
+    for n in list(dec)[1:]:
+        v[f"decode_{n}_vs_{first}_fast"] = f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
+    for name, r in dec[first].items():
+        bound = res["bounds"]["decode_int8_tok_s" if "int8" in name else "decode_bf16_tok_s"]
+        v[f"decode_{first}_{short[name]}_of_bound"] = f"{r['tok_s'] / bound:.0%}"
+    return v
+
+
+def write_outputs(res, text, folder, name="bench_08b"):
+    """docs/outputs/<name>.txt and .json (with "measured": true) and its figures, as book.regen would."""
+    import hashlib
+
+    from book import out
+    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
+    os.environ["BOOK_OUT"] = str(scratch)
+    try:
+        if res["long_prefill"]:
+            out.save_figure(f"{name}_prefill_length", lambda t: draw_long(res, t))
+        figures = sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
+        sha = hashlib.sha256()
+        for f in sorted(folder.glob("*.safetensors")):
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 24), b""):
+                    sha.update(block)
+        prov = {"script": "scripts/bench.py", "model": res["model"], "weights_sha256": sha.hexdigest(),
+                "torch": torch.__version__, "python": platform.python_version(),
+                "device": f"cpu ({platform.machine()}, {res['threads']} threads)", "dtype": "bfloat16",
+                "seconds": round(res["seconds"], 1), "values": flat_values(res),
+                "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}), "measured": True,
+                "machine": res["machine"], "threads": res["threads"],
+                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                "load": res["load_avg"], "results": res}
+        files = {f"outputs/{name}.txt": (text + "\n").encode(),
+                 f"outputs/{name}.json": (json.dumps(prov, ensure_ascii=False, indent=1,
+                                                     sort_keys=True) + "\n").encode()}
+        files.update({f"figures/{f.name}": f.read_bytes() for f in figures})
+        for rel, data in files.items():                  # each file whole or not at all
+            target = ROOT / "docs" / rel
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        print(f"wrote docs/{', docs/'.join(files)}", file=sys.stderr)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.environ.pop("BOOK_OUT", None)
+
+
+def draw_long(res, t):
+    import matplotlib.pyplot as plt
+    n = list(res["long_prefill"])
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(n, [1 / res["long_prefill"][k] * 1e3 for k in n], "o-",
+            label=t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(t("提示词长度（词元）", "prompt length (tokens)"))
+    ax.set_ylabel(t("每个提示词元的毫秒数", "ms per prompt token"))
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return fig
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The fast path (qwen/fast.py, qwen/quant.py) computes what the clear model computes: fp32 logits to
+1e-4, bf16 and int8 no further from fp32 than stated, the same greedy tokens, the same cache."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from book.tiny import path as tiny_path
+from qwen import fast
+from qwen.cache import Cache
+from qwen.generate import generate
+from qwen.model import from_pretrained
+from qwen.quant import dequantize_int8, quantize_int8
+from tests.reference import max_diff, our_model, reference_model
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = 1e-4
+HEADS = {"unequal": dict(n_k_head=2, n_v_head=4), "equal": dict(n_k_head=2, n_v_head=2)}
+
+
+def weights(model):
+    """{name: tensor} of a clear model, the tied head once (as a checkpoint stores it)."""
+    return {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
+@pytest.fixture(scope="module", params=list(HEADS))
+def pair(request):
+    """(our clear fp32 model, its weights, token ids): T = 150 spans 3 DeltaNet chunks, batch 2."""
+    clear = our_model(reference_model(seed=0, **HEADS[request.param]))
+    ids = torch.randint(0, 512, (2, 150), generator=torch.Generator().manual_seed(1))
+    return clear, weights(clear), ids
+
+
+@torch.no_grad()
+def test_fp32_logits_equal_the_clear_model(pair):
+    clear, W, ids = pair
+    max_diff("fast fp32 vs clear fp32", fast.FastQwen(clear.cfg, W)(ids), clear(ids), TOL)
+
+
+@torch.no_grad()
+def test_cache_prefill_chunk_and_decode_steps_equal_one_full_call(pair):
+    clear, W, ids = pair
+    model, full = fast.FastQwen(clear.cfg, W), clear(ids[:, :80])
+    cache = Cache(clear.cfg, batch=2)
+    steps = [(0, 40), (40, 50)] + [(t, t + 1) for t in range(50, 80)]     # crosses the 64 boundary
+    got = torch.cat([model(ids[:, a:b], cache=cache) for a, b in steps], dim=1)
+    assert cache.seq_len == 80
+    max_diff("fast: prefill + chunk + 30 decode steps vs clear full", got, full, TOL)
+    clear_cache = Cache(clear.cfg, batch=2)
+    for a, b in steps:
+        clear(ids[:, a:b], cache=clear_cache)
+    assert cache.nbytes() == clear_cache.nbytes(), "the preallocated KV cache reports what it holds"
+
+
+@torch.no_grad()
+def test_bf16_and_int8_errors_next_to_the_clear_bf16_error(pair):
+    """fast bf16 (fp32 activations) is no further from fp32 than the clear bf16 model; int8 weights
+    cost at most 4x the clear bf16 error. The errors are printed (pytest -s)."""
+    clear, W, ids = pair
+    ref = clear(ids)
+    clear_bf16 = from_weights_bf16(clear, W)(ids).float()
+    bf16_err = max_diff("clear bf16 vs fp32", clear_bf16, ref, 1.0)
+    W16 = {k: v.bfloat16() for k, v in W.items()}
+    max_diff(f"fast bf16 vs fp32 (clear bf16: {bf16_err:.3f})",
+             fast.FastQwen(clear.cfg, W16, torch.bfloat16)(ids), ref, bf16_err * 1.1)
+    int8 = fast.FastQwen(clear.cfg, W16, torch.bfloat16, quantize="int8")(ids)
+    max_diff(f"fast int8 vs fp32 (clear bf16: {bf16_err:.3f})", int8, ref, bf16_err * 4)
+    assert (int8.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def from_weights_bf16(clear, W):
+    from qwen.model import Qwen
+    from qwen.weights import load
+    return load(Qwen(clear.cfg), {k: v.bfloat16() for k, v in W.items()}).requires_grad_(False)
+
+
+def test_int8_rounds_each_weight_to_half_a_step_of_its_row():
+    w = torch.randn(64, 48) * torch.logspace(-3, 1, 64)[:, None]      # rows of very different sizes
+    q, s = quantize_int8(w)
+    assert q.dtype == torch.int8 and s.shape == (64,)
+    assert ((dequantize_int8(q, s) - w).abs() <= s[:, None] / 2 + 1e-7).all()
+    assert (q.abs().amax(1) == 127).all(), "the largest weight of each row uses the full range"
+
+
+def test_greedy_tokens_equal_the_clear_path_on_the_tiny_model():
+    folder = tiny_path()
+    ids = list(range(1000, 1040))
+    clear = from_pretrained(folder, fast=False)
+    model = from_pretrained(folder)                                    # the fast path by default
+    assert isinstance(model, fast.FastQwen)
+    assert list(generate(model, ids, 24)) == list(generate(clear, ids, 24))
+    int8 = from_pretrained(folder, torch.bfloat16, quantize="int8")
+    assert len(list(generate(int8, ids, 4))) == 4
+
+
+def test_from_pretrained_maps_the_file_and_joins_projections_without_copies():
+    folder = tiny_path()
+    model = fast.from_pretrained(folder, torch.bfloat16)
+    file = next(folder.glob("*.safetensors"))
+    w = model.layers[0].mlp.gate_up.proj.w                             # gate_proj | up_proj
+    assert w.untyped_storage().nbytes() == file.stat().st_size, "a view of the mapped file"
+    assert model.lm_head.w.data_ptr() == model.embed_tokens.weight.data_ptr(), "tied: one table"
+
+
+def test_bad_options_and_checkpoints_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="int4"):
+        from_pretrained(tiny_path(), quantize="int4")
+    with pytest.raises(ValueError, match="needs the fast path"):
+        from_pretrained(tiny_path(), fast=False, quantize="int8")
+    clear = our_model(reference_model(seed=0))
+    W = weights(clear)
+    W.pop("layers.0.mlp.up_proj.weight")
+    with pytest.raises(ValueError, match="no tensor layers.0.mlp.up_proj.weight"):
+        fast.FastQwen(clear.cfg, fast.Checkpoint(W))
+
+
+def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--repeats", "1",
+                        "--threads", "1", "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "decode after" in r.stdout and "bounds: decode bf16" in r.stdout
+    res = json.loads(out.read_text())
+    assert set(res["decode"][next(iter(res["decode"]))]) >= {"ours clear", "ours fast", "ours int8",
+                                                            "transformers"}
+    assert res["limits"]["read_GBps"] > 0
