@@ -648,3 +648,123 @@ def check_ch12_reusable(reusable_prefix):
                  f"thinking={thinking}: the model read {len(read)} characters, the next prompt shares only the first "
                  f"{n}; what it read next was {read[n:n + 20]!r}"))
     return problems
+
+
+# ------------------------------------------------------------------------------------------- chapter 13
+@exercise("13.1")
+def check_ch13_decode_ceiling(decode_ceiling):
+    """decode_ceiling(params, bytes_per_weight, gb_per_s) -> tokens/s when every weight is read once per token."""
+    problems = []
+    for params, b, gbps in ((752_393_024, 2, 20.0), (752_393_024, 1, 20.0), (1_000_000, 4, 1.0)):
+        want = gbps * 1e9 / (params * b)
+        got = float(decode_ceiling(params, b, gbps))
+        if not math.isclose(got, want, rel_tol=1e-6):
+            problems.append(_t(f"{params} 个权重、每个 {b} 字节、{gbps} GB/s：应为 {want:.2f}，得到 {got:.2f}",
+                               f"{params} weights of {b} bytes at {gbps} GB/s: want {want:.2f}, got {got:.2f}"))
+    return problems
+
+
+@exercise("13.2")
+def check_ch13_prefill_flops(prefill_flops):
+    """prefill_flops(params, head, tokens) -> FLOPs of a prefill that scores only the last position."""
+    problems = []
+    for params, head, T in ((752_393_024, 248_320 * 1024, 512), (1000, 100, 1), (1000, 100, 7)):
+        want = 2 * (params - head) * T + 2 * head
+        got = float(prefill_flops(params, head, T))
+        if not math.isclose(got, want, rel_tol=1e-9):
+            problems.append(_t(f"{T} 个词元：应为 {want:.4g}，得到 {got:.4g}（输出层只算最后一个位置）",
+                               f"{T} tokens: want {want:.4g}, got {got:.4g} (the head runs at the last position only)"))
+    return problems
+
+
+# ------------------------------------------------------------------------------------------- chapter 14
+@exercise("14.1")
+def check_ch14_tensor_bytes(tensor_bytes):
+    """tensor_bytes(shape, dtype) -> how many bytes a tensor of that shape and dtype takes."""
+    problems = []
+    for shape, dtype in (((248_320, 1024), torch.bfloat16), ((3584, 1024), torch.float32), ((16,), torch.int8)):
+        want = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        got = int(tensor_bytes(shape, dtype))
+        if got != want:
+            problems.append(_t(f"{shape} {dtype}：应为 {want:,} 字节，得到 {got:,}",
+                               f"{shape} {dtype}: want {want:,} bytes, got {got:,}"))
+    return problems
+
+
+@exercise("14.2")
+def check_ch14_shares_memory(shares_memory):
+    """shares_memory(a, b) -> True when a and b are views of the same storage (no copy was made)."""
+    w = torch.arange(12.0).view(3, 4)
+    cases = [(w, w[1:], True), (w, w.t(), True), (w, w.clone(), False), (w, w[:1].contiguous(), True),
+             (w, w.float().clone(), False)]
+    problems = []
+    for a, b, want in cases:
+        got = bool(shares_memory(a, b))
+        if got != want:
+            problems.append(_t(f"应为 {want}，得到 {got}（相等不等于共享：clone 复制了数据）",
+                               f"want {want}, got {got} (equal is not shared: clone copies the data)"))
+    return problems
+
+
+# ------------------------------------------------------------------------------------------- chapter 15
+@exercise("15.1")
+def check_ch15_grown_capacity(grown_capacity):
+    """grown_capacity(capacity, needed) -> the capacity after doubling until `needed` tokens fit."""
+    problems = []
+    for capacity, needed in ((256, 100), (256, 257), (256, 1000), (1, 1), (64, 4096)):
+        want = capacity
+        while want < needed:
+            want *= 2
+        got = int(grown_capacity(capacity, needed))
+        if got != want:
+            problems.append(_t(f"容量 {capacity}、需要 {needed}：应为 {want}，得到 {got}",
+                               f"capacity {capacity}, {needed} needed: want {want}, got {got}"))
+    return problems
+
+
+@exercise("15.2")
+def check_ch15_split_fused(split_fused):
+    """split_fused(y, sizes) -> the pieces of one joined projection's output, in order, along the last dim."""
+    gen = torch.Generator().manual_seed(0)
+    sizes = [8, 4, 4]
+    y = torch.randn(2, 3, sum(sizes), generator=gen)
+    got = list(split_fused(y, sizes))
+    want = [y[..., :8], y[..., 8:12], y[..., 12:]]
+    if len(got) != 3 or not all(_close(g, w) for g, w in zip(got, want)):
+        return [_t("按 sizes 依次切最后一维：q 8 列、k 4 列、v 4 列（不是均分）",
+                   "cut the last dim by sizes, in order: q 8 columns, k 4, v 4 (not equal parts)")]
+    return []
+
+
+# ------------------------------------------------------------------------------------------- chapter 16
+@exercise("16.1")
+def check_ch16_quantize(quantize):
+    """quantize(w) -> (q: int8 [rows, cols], scale: [rows]) with w ≈ q * scale[:, None]."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 32, generator=gen) * torch.tensor([1e-3, 1e-2, 0.1, 1.0, 3.0, 10.0])[:, None]
+    q, scale = quantize(w)
+    q, scale = torch.as_tensor(q), torch.as_tensor(scale)
+    if q.dtype != torch.int8 or q.shape != w.shape:
+        return [_t(f"q 应是 int8、形状 {list(w.shape)}", f"q should be int8 with shape {list(w.shape)}")]
+    if scale.shape != (w.shape[0],):
+        return [_t("每个输出通道（每行）一个尺度", "one scale per output channel (per row)")]
+    err = (q.float() * scale[:, None].float() - w).abs().amax(1)
+    bound = w.abs().amax(1) / 127 / 2 * 1.001 + 1e-12
+    if (err > bound).any():
+        return [_t(f"误差超过半格：第 {int((err > bound).nonzero()[0])} 行",
+                   f"error above half a step in row {int((err > bound).nonzero()[0])}")]
+    return []
+
+
+@exercise("16.2")
+def check_ch16_int8_matvec(int8_matvec):
+    """int8_matvec(q, scale, x) -> (q * scale[:, None]) @ x, without dequantizing the whole matrix first."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randint(-127, 128, (5, 16), generator=gen, dtype=torch.int8)
+    scale = torch.rand(5, generator=gen) + 0.01
+    x = torch.randn(16, generator=gen)
+    want = (q.float() * scale[:, None]) @ x
+    got = torch.as_tensor(int8_matvec(q, scale, x))
+    if not _close(got, want, atol=1e-4, rtol=1e-4):
+        return [_t("别忘了每行乘它的尺度", "each row's result must be multiplied by its scale")]
+    return []

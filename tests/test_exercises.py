@@ -225,6 +225,23 @@ CASES = [
      [lambda messages, thinking=False: sol.render(messages, True)], False),
     ("12-chat.md", ex.check_ch12_reusable, sol.reusable_prefix,
      [lambda a, b: len(a) if b[:len(a)] == a else 0], False),
+    ("13-measuring.md", ex.check_ch13_decode_ceiling, sol.decode_ceiling,
+     [lambda params, b, gbps: gbps * 1e9 / params], False),                      # forgot the bytes per weight
+    ("13-measuring.md", ex.check_ch13_prefill_flops, sol.prefill_flops,
+     [lambda params, head, T: 2 * params * T], False),                           # the head at every position
+    ("14-loading.md", ex.check_ch14_tensor_bytes, sol.tensor_bytes,
+     [lambda shape, dtype: math.prod(shape)], False),                             # elements, not bytes
+    ("14-loading.md", ex.check_ch14_shares_memory, sol.shares_memory,
+     [lambda a, b: a.shape == b.shape or torch.equal(a[:1].flatten()[:1], b.flatten()[:1])], False),
+    ("15-decoding.md", ex.check_ch15_grown_capacity, sol.grown_capacity,
+     [lambda capacity, needed: max(capacity, needed)], False),                  # grows to fit, one copy a token
+    ("15-decoding.md", ex.check_ch15_split_fused, sol.split_fused,
+     [lambda y, sizes: y.chunk(len(sizes), dim=-1)], False),                     # equal parts
+    ("16-int8.md", ex.check_ch16_quantize, sol.quantize,
+     [lambda w: (torch.round(w / (w.abs().max() / 127)).to(torch.int8),          # one scale for the matrix
+                 (w.abs().max() / 127).expand(w.shape[0]))], False),
+    ("16-int8.md", ex.check_ch16_int8_matvec, sol.int8_matvec,
+     [lambda q, scale, x: q.float() @ x], False),                                # forgot the scale
 ]
 
 

@@ -245,3 +245,63 @@ def reusable_prefix(read, prompt):
         n += 1
     return n
 # --8<-- [end:ch12_reusable]
+
+
+# --8<-- [start:ch13_decode_ceiling]
+def decode_ceiling(params, bytes_per_weight, gb_per_s):
+    """Tokens per second when every weight is read once per token."""
+    return gb_per_s * 1e9 / (params * bytes_per_weight)
+# --8<-- [end:ch13_decode_ceiling]
+
+
+# --8<-- [start:ch13_prefill_flops]
+def prefill_flops(params, head, tokens):
+    """2 FLOPs per weight per token; the head scores only the last position."""
+    return 2 * (params - head) * tokens + 2 * head
+# --8<-- [end:ch13_prefill_flops]
+
+
+# --8<-- [start:ch14_tensor_bytes]
+def tensor_bytes(shape, dtype):
+    """Elements times the bytes of one element."""
+    return math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+# --8<-- [end:ch14_tensor_bytes]
+
+
+# --8<-- [start:ch14_shares_memory]
+def shares_memory(a, b):
+    """Views of one storage start in the same block of memory."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+# --8<-- [end:ch14_shares_memory]
+
+
+# --8<-- [start:ch15_grown_capacity]
+def grown_capacity(capacity, needed):
+    """Double until `needed` fits: n tokens cost O(log n) copies, not n."""
+    while capacity < needed:
+        capacity *= 2
+    return capacity
+# --8<-- [end:ch15_grown_capacity]
+
+
+# --8<-- [start:ch15_split_fused]
+def split_fused(y, sizes):
+    """One matmul's output cut back into its projections."""
+    return torch.split(y, sizes, dim=-1)
+# --8<-- [end:ch15_split_fused]
+
+
+# --8<-- [start:ch16_quantize]
+def quantize(w):
+    """Per-row scale: the row's largest |w| maps to 127."""
+    scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+# --8<-- [end:ch16_quantize]
+
+
+# --8<-- [start:ch16_int8_matvec]
+def int8_matvec(q, scale, x):
+    """Multiply by the int8 rows, then scale each result once."""
+    return (q.float() @ x) * scale
+# --8<-- [end:ch16_int8_matvec]
