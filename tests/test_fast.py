@@ -127,3 +127,51 @@ def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
     assert set(res["decode"][next(iter(res["decode"]))]) >= {"ours clear", "ours fast", "ours int8",
                                                             "transformers"}
     assert res["limits"]["read_GBps"] > 0
+
+
+def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
+    """--from-json reads the lengths back as strings: the curve must still have one point per length on its
+    log axis, not categories (with which the log axis keeps one point of two)."""
+    import importlib.util
+
+    import matplotlib
+    matplotlib.use("Agg")
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = json.loads(json.dumps({"long_prefill": {4096: 50.0, 1024: 80.0}}))     # keys now "4096", "1024"
+    line = bench.draw_long(res, lambda zh, en: en).axes[0].lines[0]
+    assert list(line.get_xdata()) == [1024, 4096]
+    assert [round(y, 1) for y in line.get_ydata()] == [12.5, 20.0]
+
+
+def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
+    """llama.cpp takes its turn in the interleaved order through llama-bench's JSON; here a stand-in
+    llama-bench that reports 100 tok/s for prompts and 10 for generation, with the arguments it got."""
+    fake = tmp_path / "llama-bench"
+    log = tmp_path / "calls.txt"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+a = sys.argv[1:]
+open({str(log)!r}, "a").write(" ".join(a) + "\\n")
+p, n, d = (int(a[a.index(f) + 1]) for f in ("-p", "-n", "-d"))
+print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if p else 10.0}}]))
+""")
+    fake.chmod(0o755)
+    gguf = tmp_path / "m-q8_0.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = tmp_path / "bench.json"
+    args = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--repeats", "1", "--threads", "1",
+            "--no-transformers", "--llama-bench", str(fake), "--json", str(out)]
+    r = subprocess.run(args + ["--gguf", f"q8_0={gguf}"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    first = next(iter(res["decode"]))
+    assert round(res["decode"][first]["llama.cpp q8_0"]["tok_s"], 6) == 10.0
+    assert round(res["prefill"][next(iter(res["prefill"]))]["llama.cpp q8_0"]["tok_s"], 6) == 100.0
+    assert any(line.startswith("llama.cpp q8_0") for line in r.stdout.splitlines())
+    calls = log.read_text().splitlines()
+    assert f"-d {first}" in " ".join(calls) and all("-t 1" in c and "-r 1" in c for c in calls)
+    r = subprocess.run(args + ["--gguf", f"q8_0={tmp_path / 'absent.gguf'}"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=600)
+    assert r.returncode != 0 and "absent.gguf: no such file" in r.stderr

@@ -1,6 +1,10 @@
 """The chapter notebooks: generated from the pages, current, and runnable top to bottom on the tiny test model."""
+import json
 import os
 import re
+import shutil
+import site
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,3 +118,49 @@ def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, tmp_path)
     setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert "weights:" in setup and str(tiny.path()) in setup       # it found the repository and the tiny model
     assert seconds < MAX_SECONDS, f"{path.name} took {seconds:.0f} s"
+
+
+COLAB_CHECK = '''
+import json, qwen
+print("COLAB:" + json.dumps({"cwd": os.getcwd(), "root": str(ROOT), "qwen": qwen.__file__}))
+'''
+
+
+def test_the_first_cell_clones_and_installs_the_book_as_in_colab(tmp_path):
+    """The first cell run outside any clone, as in Colab: it clones this repository (a local clone stands in for
+    GitHub) and installs it into a fresh environment (offline: the packages it names come from the test
+    environment), then works from the clone, where `import qwen` finds the installed checkout."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout of the book")
+    setup = nbformat.read(notebooks.notebook_path("en", CHAPTERS[0]), as_version=4).cells[1].source
+    assert '"git", "clone"' in setup and "BOOK_REPO" in setup
+
+    # a throwaway environment that sees this one's packages (a path line, so its editable install is not active)
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    Path(own, "book-test-parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+
+    colab = tmp_path / "content"                        # Colab's working folder: no clone above it
+    colab.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env.update(BOOK_REPO=ROOT.as_uri(), BOOK_PIP_OPTIONS="--no-index --no-deps --no-build-isolation",
+               QWEN_MODEL=str(tiny.path()), HF_HUB_OFFLINE="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}")
+    run = subprocess.run([str(python), "-c", setup + COLAB_CHECK], cwd=colab, env=env, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    clone = colab / notebooks._repo()[1]                 # the folder the first cell clones into
+    state = json.loads(run.stdout.split("COLAB:")[1].splitlines()[0])
+    assert (clone / ".git").is_dir() and (clone / "qwen" / "weights.py").is_file()
+    assert state["cwd"] == state["root"] == str(clone.resolve())      # the chapter's relative paths start here
+    assert Path(state["qwen"]).resolve().is_relative_to(clone.resolve())
+    assert f"weights: {tiny.path()}" in run.stdout
+
+    # the install itself: a new interpreter, anywhere, imports qwen and book from the clone
+    where = subprocess.run([str(python), "-c", "import qwen, book; print(qwen.__file__); print(book.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr[-2000:]
+    assert all(Path(f).resolve().is_relative_to(clone.resolve()) for f in where.stdout.split()), where.stdout

@@ -5,7 +5,8 @@ from sklearn.manifold import TSNE
 
 def lookup(table, ids):
     """Exercise 1: the rows of `table` picked by `ids`."""
-    return table[ids]                                  # [...] ids -> [..., dim]: indexing is the whole lookup
+    # [...] ids -> [..., dim]: indexing is the whole lookup
+    return table[ids]
 
 
 def pull_together(embedding, steps=20, lr=0.1):
@@ -14,7 +15,8 @@ def pull_together(embedding, steps=20, lr=0.1):
     for _ in range(steps):
         vec0 = embedding(torch.tensor(0))
         vec1 = embedding(torch.tensor(1))
-        loss = (vec0 - vec1).pow(2).sum()              # squared distance: zero exactly when they meet
+        # squared distance: zero exactly when they meet
+        loss = (vec0 - vec1).pow(2).sum()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -1,4 +1,5 @@
-"""Solutions to the three exercises of the positional-encoding lesson (docs/*/lessons/positional.ipynb)."""
+"""Solutions to the three exercises of the positional-encoding lesson
+(docs/*/lessons/positional.ipynb)."""
 import math
 
 import torch
@@ -17,7 +18,8 @@ def shift_matrix(k, dim, base=10_000.0):
 
 
 def rotate_pairs(x, angle):
-    """Exercise 2: turn each pair (x[i], x[i + d/2]) of x [..., d] by angle[..., i] (rotate-half pairing)."""
+    """Exercise 2: turn each pair (x[i], x[i + d/2]) of x [..., d] by angle[..., i] (rotate-half
+    pairing)."""
     x1, x2 = x.chunk(2, dim=-1)                                    # [..., d/2] each
     cos, sin = angle.cos(), angle.sin()
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
