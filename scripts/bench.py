@@ -109,6 +109,58 @@ def machine_limits(tiny=False):
     return lim
 
 
+def attention_kernels(cfg, contexts=(2048, 8192)):
+    """Milliseconds of one token's attention over a cache of n tokens, per layer: torch's fused
+    scaled_dot_product_attention with grouped KV against the fast path's two matrix products."""
+    import torch.nn.functional as F
+    out = {}
+    nh, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    for n in contexts:
+        q = torch.randn(1, nh, 1, hd)
+        k, v = (torch.randn(1, nkv, 2 * n, hd)[:, :, :n] for _ in range(2))   # a buffer with room
+        sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 20)
+        ours = timeit(lambda: fast.decode_attention(q, k, v), 20)
+        out[n] = {"sdpa_ms": sdpa * 1e3, "ours_ms": ours * 1e3,
+                  "cache_MB": 2 * k.numel() * k.element_size() / 1e6}
+    return out
+
+
+def prefill_shares(model, ids):
+    """Where one prefill of the fast path goes: seconds in the DeltaNet mixers (and in their chunked
+    rule), the attention mixers, the MLPs and the rest, timed with hooks around each module."""
+    spent = {"DeltaNet mixers": 0.0, "chunked rule": 0.0, "attention mixers": 0.0, "MLPs": 0.0}
+    hooks, rule = [], fast.chunk_gated_delta_rule
+
+    def timed(name, f):
+        def run(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **kw)
+            finally:
+                spent[name] += time.perf_counter() - t0
+        return run
+    for layer in model.layers:
+        for module, name in ((layer.mixer, "DeltaNet mixers" if layer.is_deltanet
+                              else "attention mixers"), (layer.mlp, "MLPs")):
+            module.forward = timed(name, module.forward)
+            hooks.append(module)
+    fast.chunk_gated_delta_rule = timed("chunked rule", rule)
+    try:
+        with torch.no_grad():
+            model(ids[:, :16], cache=Cache(model.cfg), last_only=True)      # warm-up
+            spent.update(dict.fromkeys(spent, 0.0))
+            t0 = time.perf_counter()
+            model(ids, cache=Cache(model.cfg), last_only=True)
+            total = time.perf_counter() - t0
+    finally:
+        fast.chunk_gated_delta_rule = rule
+        for module in hooks:
+            del module.forward
+    parts = {k: v / total for k, v in spent.items()}
+    parts["other"] = 1 - parts["DeltaNet mixers"] - parts["attention mixers"] - parts["MLPs"]
+    return {"tokens": ids.shape[1], "seconds": total, "shares": parts}
+
+
 # ---------------------------------------------------------------------------- the systems
 class Ours:
     """Our model: prefill and decode through the same calls generate() makes."""
@@ -269,6 +321,8 @@ def main(argv=None):
                     help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--write", action="store_true", help="write docs/outputs/bench_* for the book")
+    ap.add_argument("--measure-parts", action="store_true", help="with --from-json: measure the "
+                    "attention kernels and where a prefill goes now, and add them to those results")
     ap.add_argument("--make-random-08b", action="store_true", help="build the checkpoint and exit")
     ap.add_argument("--from-json", type=Path, help="print (and --write) the results of an earlier "
                     "--json run instead of measuring")
@@ -289,6 +343,19 @@ def main(argv=None):
         return 0
     if args.from_json:
         res = json.loads(args.from_json.read_text())
+        if args.measure_parts:       # measured now, on this machine, and added to the earlier run
+            torch.set_num_threads(res["threads"])
+            folder = tiny_folder() if res["model"] == "tiny test model" else make_random_08b()
+            cfg = Config.load(folder)
+            res["attention"] = attention_kernels(cfg, (64, 256) if "tiny" in res["model"]
+                                                 else (2048, 8192))
+            n = max(int(k) for k in res["prefill"])
+            ids = torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+            res["prefill_shares"] = prefill_shares(fast.from_pretrained(folder, torch.bfloat16), ids)
+            res["attention_layers"] = cfg.layer_types.count("full_attention")
+            res["parts_measured_after"] = True
+            if args.json:
+                args.json.write_text(json.dumps(res, indent=1) + "\n")
         text = table(res)
         print(text)
         if args.write:
@@ -317,6 +384,8 @@ def main(argv=None):
     res["load"] = {name: load_in_subprocess(folder, name, args.threads)
                    for name in ("clear", "fast", "int8")}
     res["limits"] = machine_limits(args.tiny)
+    res["attention"] = attention_kernels(cfg, (64, 256) if args.tiny else (2048, 8192))
+    res["attention_layers"] = cfg.layer_types.count("full_attention")
     bf16 = torch.bfloat16
     systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16, fast=False)),
                "ours fast": Ours(fast.from_pretrained(folder, bf16)),
@@ -359,6 +428,7 @@ def main(argv=None):
         res["long_prefill"][n] = summarize(times, n, base)["ours fast"]["tok_s"]
     if "ours compiled" in systems:
         res["compile_seconds"] = systems["ours compiled"].compile_seconds
+    res["prefill_shares"] = prefill_shares(systems["ours fast"].model, ids[:, :max(prompts)])
     res["bounds"] = bounds(cfg, res["limits"])
     res["load_avg"] = {"before": load0, "after": os.getloadavg()}
     res["seconds"] = time.perf_counter() - started
@@ -474,6 +544,13 @@ def table(res):
         for name, row in first.items() if "q4" not in name))
     if res.get("compile_seconds") is not None:
         lines.append(f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s")
+    for n, a in res.get("attention", {}).items():
+        lines.append(f"one token's attention over {n} cached tokens ({a['cache_MB']:.0f} MB), per layer: "
+                     f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms")
+    if res.get("prefill_shares"):
+        p = res["prefill_shares"]
+        lines.append(f"ours fast, where a prefill of {p['tokens']} tokens goes: " + ", ".join(
+            f"{k} {v:.0%}" for k, v in p["shares"].items()) + " (the chunked rule is part of the DeltaNet mixers)")
     if res["long_prefill"]:
         lines.append("ours fast prefill, tok/s by prompt length: " + ", ".join(
             f"{n}: {v:.1f}" for n, v in res["long_prefill"].items()))
@@ -500,8 +577,29 @@ def flat_values(res):
                         v[f"{kind}_{n}_{short(name)}_x"] = f"{x:.2f}"
     if res.get("compile_seconds") is not None:
         v["compile_s"] = f"{res['compile_seconds']:.0f}"
+        row = next(iter(res["decode"].values()))
+        saved = 1 / row["ours fast"]["tok_s"] - 1 / row["ours compiled"]["tok_s"]   # s per token
+        if saved > 0:        # tokens after which the compile time is won back
+            v["compile_breakeven_tokens"] = f"{res['compile_seconds'] / saved:,.0f}"
+    pairs = [("ours compiled", "ours fast"), ("ours fast", "llama.cpp bf16"),
+             ("ours int8", "llama.cpp q8_0"), ("ours int8", "llama.cpp q4_0"),
+             ("ours fast", "ours clear")]
+    for kind in ("prefill", "decode"):                  # ratios of medians, not paired
+        for n, row in res[kind].items():
+            for a, b in pairs:
+                if a in row and b in row:
+                    v[f"{kind}_{n}_{short(a)}_vs_{short(b)}"] = f"{row[a]['tok_s'] / row[b]['tok_s']:.2f}"
     for n, t in res["long_prefill"].items():
         v[f"long_{n}"] = f"{t:.1f}"
+    for k, x in res.get("prefill_shares", {}).get("shares", {}).items():
+        v["share_" + k.split()[0].lower()] = f"{x:.0%}"
+    for n, a in res.get("attention", {}).items():
+        v[f"attn_{n}_sdpa_ms"], v[f"attn_{n}_ours_ms"] = f"{a['sdpa_ms']:.2f}", f"{a['ours_ms']:.2f}"
+        v[f"attn_{n}_sdpa_vs_ours"] = f"{a['sdpa_ms'] / a['ours_ms']:.1f}"
+        v[f"attn_{n}_cache_MB"] = f"{a['cache_MB']:.0f}"
+        # what one token reads from the KV caches of the attention layers, next to the weights' bytes
+        layers = res.get("attention_layers", 6)
+        v[f"kv_{n}_vs_weights"] = f"{layers * a['cache_MB'] * 1e6 / (2 * res['bounds']['params']):.1%}"
     for k, x in res["load"].items():
         v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
     v.update({k: f"{x:.1f}" for k, x in res["limits"].items()})
@@ -556,17 +654,34 @@ def write_outputs(res, text, folder, name="bench_08b"):
 
 
 def draw_long(res, t):
+    """ms per prompt token against prompt length: the fast path's curve (the prefill rows and the long
+    prompts), and the other systems where they were timed."""
     import matplotlib.pyplot as plt
+    labels = {"ours fast": t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"),
+              "transformers": "transformers (bf16)", "llama.cpp bf16": "llama.cpp bf16",
+              "llama.cpp q8_0": "llama.cpp q8_0"}
+    series = {name: {} for name in labels}
+    for n, row in res.get("prefill", {}).items():
+        for name in labels:
+            if name in row:
+                series[name][int(n)] = row[name]["tok_s"]
     # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot as categories
-    points = sorted((int(n), tok_s) for n, tok_s in res["long_prefill"].items())
+    series["ours fast"].update({int(n): tok_s for n, tok_s in res["long_prefill"].items()})
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot([n for n, _ in points], [1e3 / tok_s for _, tok_s in points], "o-",
-            label=t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"))
+    for name, style in zip(labels, ("o-", "s--", "^:", "v:")):
+        points = sorted(series[name].items())
+        if points:
+            ax.plot([n for n, _ in points], [1e3 / tok_s for _, tok_s in points], style,
+                    label=labels[name])
     ax.set_xscale("log", base=2)
     ax.set_xlabel(t("提示词长度（词元）", "prompt length (tokens)"))
-    ax.set_ylabel(t("每个提示词元的毫秒数", "ms per prompt token"))
-    ax.set_ylim(bottom=0)
-    ax.legend()
+    ax.set_ylabel(t("每个提示词元的毫秒数（对数）", "ms per prompt token (log)"))
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(FuncFormatter(lambda y, _: f"{y:g}"))          # 20, 30, 60 rather than 2 x 10^1
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
     return fig
 
 

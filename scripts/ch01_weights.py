@@ -56,6 +56,22 @@ record(total_params=f"{total:,}", embedding_share=f"{counted['embedding'] / tota
        n_text_tensors=len(W), n_file_tensors=len(every),
        official_total=f"{sum(official.values()):,}",
        official_embedding=f"{official['embedding']:,}")
+# per layer, for chapter 9's table: each layer is a mixer, an MLP and two norms
+off_cfg = Config.load(Path("book/data/qwen3.5-0.8b"))
+n_layers = len(off_cfg.layer_types)
+n_full = off_cfg.layer_types.count("full_attention")
+per = {"deltanet": official["DeltaNet mixers"] // (n_layers - n_full),
+       "attention": official["attention mixers"] // n_full,
+       "mlp": official["MLPs"] // n_layers, "norms": official["layer norms"] // n_layers}
+layers = {"deltanet": (n_layers - n_full) * (per["deltanet"] + per["mlp"] + per["norms"]),
+          "attention": n_full * (per["attention"] + per["mlp"] + per["norms"])}
+off_total = sum(official.values())
+record(official_n_deltanet=n_layers - n_full, official_n_attention=n_full,
+       official_final_norm=f"{official['final norm']:,}",
+       official_embedding_share=f"{official['embedding'] / off_total:.0%}",
+       **{f"official_{k}_per_layer": f"{n:,}" for k, n in per.items()},
+       **{f"official_{k}_layers": f"{n:,}" for k, n in layers.items()},
+       **{f"official_{k}_layers_share": f"{n / off_total:.0%}" for k, n in layers.items()})
 
 
 def draw(t):

@@ -143,6 +143,11 @@ def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
     line = bench.draw_long(res, lambda zh, en: en).axes[0].lines[0]
     assert list(line.get_xdata()) == [1024, 4096]
     assert [round(y, 1) for y in line.get_ydata()] == [12.5, 20.0]
+    # the prefill rows join the fast path's curve, and the other systems are drawn where they were timed
+    res["prefill"] = {"128": {"ours fast": {"tok_s": 100.0}, "transformers": {"tok_s": 10.0}}}
+    ours, hf = bench.draw_long(res, lambda zh, en: en).axes[0].lines
+    assert list(ours.get_xdata()) == [128, 1024, 4096] and list(hf.get_xdata()) == [128]
+    assert [round(y, 1) for y in hf.get_ydata()] == [100.0] and hf.get_label() == "transformers (bf16)"
 
 
 def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
