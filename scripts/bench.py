@@ -481,12 +481,6 @@ def load_in_subprocess(folder, kind, threads):
     return {"seconds": float(t), "peak_rss": int(rss)}
 
 
-def weight_bytes(cfg, per_weight):
-    """Bytes one decode step reads: every matrix once (the tied table once, as the head)."""
-    from qwen.weights import parameter_budget
-    return sum(parameter_budget(cfg).values()) * per_weight
-
-
 def bounds(cfg, lim):
     """Tokens per second the machine allows: decode by bandwidth (every weight read once per token,
     the tied table once, as the head), prefill by GEMM rate (2 FLOP per weight and prompt token; the
