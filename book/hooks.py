@@ -59,11 +59,26 @@ def _provenance(name):
     return json.loads(path.read_text())
 
 
+# The model labels runs record (scripts/bench.py, book/regen.py), in the Chinese edition's words. A label not
+# listed here (a plain model name such as "Qwen/Qwen3.5-0.8B", or a folder and its sha256) is shown as recorded.
+MODEL_ZH = {
+    "tiny test model": "微型测试模型",
+    "Qwen3.5-0.8B shapes, random bf16 weights": "Qwen3.5-0.8B 的形状，随机 bf16 权重",
+    "Qwen/Qwen3.5-0.8B config.json (no weights)": "Qwen/Qwen3.5-0.8B 的 config.json（不含权重）",
+    "tiny random reference models (tests/reference.py)": "微型随机参考模型（tests/reference.py）",
+}
+
+
+def model_label(p, lang):
+    """The run's model as the edition shows it: the recorded label, or its Chinese rendering in the zh edition."""
+    if p["model"] == "tiny test model":
+        return TEXT[lang]["tiny"]
+    return MODEL_ZH.get(p["model"], p["model"]) if lang == "zh" else p["model"]
+
+
 def _fmt(p, lang):
-    t = TEXT[lang]
     return {"script": p["script"], "seconds": p["seconds"], "device": p["device"], "torch": p["torch"],
-            "dtype": p["dtype"], "sha": p["weights_sha256"][:12],
-            "model": t["tiny"] if p["model"] == "tiny test model" else p["model"]}
+            "dtype": p["dtype"], "sha": p["weights_sha256"][:12], "model": model_label(p, lang)}
 
 
 def chapters():
@@ -181,7 +196,7 @@ def _provenance_note(p, lang, figure=False):
     elif is_tiny(p):
         note += f"\n!!! warning \"{t['tiny']}\"\n    {t['tiny_note']}\n"
     elif not p.get("official", True) and not p.get("measured"):
-        note += f"\n!!! warning \"{t['unofficial']}\"\n    {t['unofficial_note'].format(model=html.escape(p['model']))}\n"
+        note += f"\n!!! warning \"{t['unofficial']}\"\n    {t['unofficial_note'].format(model=html.escape(model_label(p, lang)))}\n"
     return note
 
 
@@ -214,6 +229,82 @@ def conditional_blocks(lines, page):
     return out
 
 
+# ---------------------------------------------------------------- Chinese prose: a line break is not a space
+# Markdown turns a soft line break into whitespace, which a browser shows between two Chinese characters
+# ("运行）： 它的"). In the zh edition a break between two CJK characters (Han, CJK punctuation, fullwidth forms,
+# the quotes, dashes and ellipsis Chinese text uses) joins the lines. Only paragraph text is joined: code (fenced or
+# indented), display math, HTML blocks, tables (a block whose second line is `|---|---|`), headings and hard breaks
+# keep their lines, and a line that starts a block (a list item, a heading, `!!!`, `|`, `{{ … }}`) starts with no
+# CJK character, so it is never merged. It runs before the macros are expanded: outputs and values are never joined.
+CJK = ("\u2014\u2018\u2019\u201c\u201d\u2026\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+       "\uf900-\ufaff\ufe10-\ufe1f\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f")
+CJK_END = re.compile(f"[{CJK}][*_]* ?$")             # one trailing space is still a soft break; two are a hard one
+CJK_START = re.compile(f"^[*_]*[{CJK}]")              # **粗体** at either end counts as its CJK text
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
+BOX = re.compile(r"^(?:!!!|\?\?\?\+?|===)(?:\s|$)")            # admonition, details, tab: content indented by 4
+LIST = re.compile(r"^(?:[-*+]|\d+[.)])(?:\s|$)")               # a list item: its lines may also be lazy
+SETEXT = re.compile(r"^\s*(?:=+|-+)\s*$")
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|?\s*$")  # |---|---|
+
+
+def _indent(line):
+    return len(line) - len(line.lstrip(" "))
+
+
+def join_cjk_lines(lines):
+    """The lines of a zh page with every soft break between two CJK characters removed (see above)."""
+    out, fence, math, skip_block, containers, ticks, start = [], None, False, False, [], 0, True
+    for n, line in enumerate(lines):
+        stripped = line.strip()
+        if fence:                                       # inside fenced code: copied as it is, until its fence
+            m = FENCE.match(line)
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip():
+                fence = None
+            out.append(line)
+            continue
+        if math:                                        # inside display math
+            math = not (stripped.endswith("$$") or stripped.endswith("\\]"))
+            out.append(line)
+            continue
+        if not stripped:
+            out.append(line)
+            start, skip_block, ticks = True, False, 0
+            continue
+        m = FENCE.match(line)
+        if m:
+            fence = m.group(1)
+            out.append(line)
+            start = True
+            continue
+        if stripped.startswith(("$$", "\\[")):
+            math = not (len(stripped) > 2 and stripped.endswith(("$$", "\\]")))
+            out.append(line)
+            start = True
+            continue
+        indent = _indent(line)
+        opens = "box" if BOX.match(stripped) else "list" if LIST.match(stripped) else None
+        if start or opens:                              # the first line of a block, or a new list item / box
+            while containers and containers[-1][0] > indent:
+                containers.pop()
+            if start:                                   # indented code, or an HTML block: left as they are
+                skip_block = (indent >= (containers[-1][0] if containers else 0) + 4 and not opens
+                              or stripped.startswith("<") or n + 1 < len(lines) and TABLE_RULE.match(lines[n + 1]))
+            if opens:
+                containers.append((indent + 4, opens))
+        prev = out[-1] if out and not start else None
+        start = False
+        outside_box = containers and containers[-1][1] == "box" and indent < containers[-1][0]
+        if (prev is not None and not skip_block and not outside_box and CJK_END.search(prev)
+                and CJK_START.match(stripped) and ticks % 2 == 0 and prev.count("`") % 2 == 0  # not in a code span
+                and not prev.lstrip().startswith(("#", "<", "!!!", "???", "===", "|")) and not stripped.endswith("|")
+                and not (n + 1 < len(lines) and SETEXT.match(lines[n + 1]))):
+            out[-1] = prev.rstrip(" ") + line.lstrip()
+        else:
+            out.append(line)
+        ticks += line.count("`")
+    return out
+
+
 @event_priority(100)
 def on_config(config):
     """The pages' outputs and figures are read from the docs folder this build uses (tests build copies)."""
@@ -229,8 +320,11 @@ def on_page_markdown(markdown, page, config, files):
     interrupted = sorted((DOCS / "outputs").glob(".regen-journal-*.json"))
     if interrupted:
         raise PluginError(f"an interrupted regeneration left {interrupted[0].name}: run `python -m book.regen`")
+    lines = conditional_blocks(markdown.split("\n"), page)
+    if lang == "zh":
+        lines = join_cjk_lines(lines)
     out, in_code = [], False
-    for line in conditional_blocks(markdown.split("\n"), page):     # macros outside code blocks only
+    for line in lines:                                  # macros outside code blocks only
         if line.lstrip().startswith("```"):
             in_code = not in_code
         out.append(line if in_code else MACRO.sub(lambda m: _macro(page, lang, m, in_span(line, m.start())), line))

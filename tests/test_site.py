@@ -133,3 +133,100 @@ def test_what_the_chapter_runs_is_one_box(lang):
     bad = [f"{p.relative_to(DOCS)}: {line.strip()}" for p in sorted((DOCS / lang).rglob("*.md"))
            for line in p.read_text().split("\n") if "{{ runs(" in line and not re.fullmatch(r"\{\{ runs\([^)]*\) \}\}", line.strip())]
     assert not bad, "\n".join(bad)
+
+
+ZH_SAMPLE = """第一行说到这里，
+第二行接着说（见第 14 章）：
+它的 `Linear` 也一样。**粗体**收尾，
+**下一行**开头是粗体。English at the end
+中文开头，接在英文后面。中文结尾
+English at the start.
+
+- 列表项，
+  续行。
+- 下一项
+
+```python
+s = "代码里，"
+t = "不合并"
+```
+
+!!! note "提示"
+    框里的话，
+    接着说。
+
+## 标题
+正文
+
+| 列 | 列 |
+|---|---|
+| 表格，
+| 不合并 |
+
+    缩进的代码，
+    不合并
+
+行尾两个空格是硬换行  
+不合并
+"""
+
+
+def _zh_page(markdown, lang="zh"):
+    from types import SimpleNamespace
+
+    from book.hooks import on_page_markdown
+
+    page = SimpleNamespace(file=SimpleNamespace(src_uri=f"{lang}/sample.md"), meta={})
+    return on_page_markdown(markdown, page, SimpleNamespace(repo_url="https://example.invalid/book"), None)
+
+
+def test_zh_line_breaks_between_chinese_characters_are_joined():
+    """A soft line break between two CJK characters renders as a visible space ("运行）： 它的"): the zh edition
+    joins those lines, and leaves code, lists, boxes' edges, headings, tables, hard breaks and English alone."""
+    out = _zh_page(ZH_SAMPLE)
+    assert "第一行说到这里，第二行接着说（见第 14 章）：它的 `Linear` 也一样。**粗体**收尾，**下一行**开头是粗体。" in out
+    assert "English at the end\n中文开头，接在英文后面。中文结尾\nEnglish at the start." in out  # English-CJK kept
+    assert "- 列表项，续行。\n- 下一项" in out                          # a list item's lines join, items do not
+    assert 's = "代码里，"\nt = "不合并"' in out                          # fenced code
+    assert "    框里的话，接着说。\n" in out                               # inside a box, at its indent
+    assert "## 标题\n正文" in out and "| 表格，\n| 不合并 |" in out        # headings, tables
+    assert "    缩进的代码，\n    不合并" in out                           # indented code
+    assert "硬换行  \n不合并" in out                                      # a hard break
+    assert _zh_page(ZH_SAMPLE, "en").startswith(ZH_SAMPLE)               # the English edition is left as written
+
+
+def test_zh_provenance_names_the_model_in_chinese():
+    """The zh edition shows the run's model in Chinese: every recorded label that is English prose has a Chinese
+    rendering; plain model names (Qwen/Qwen3.5-0.8B) are shown as they are. The English edition keeps the label."""
+    import json
+
+    from book.hooks import _provenance_note, model_label
+
+    bench = json.loads((DOCS / "outputs" / "bench_08b.json").read_text())
+    assert bench["model"] == "Qwen3.5-0.8B shapes, random bf16 weights"
+    zh, en = _provenance_note(bench, "zh"), _provenance_note(bench, "en")
+    assert "Qwen3.5-0.8B 的形状，随机 bf16 权重" in zh and "shapes" not in zh
+    assert "Qwen3.5-0.8B shapes, random bf16 weights" in en
+    untranslated = {}
+    for path in sorted((DOCS / "outputs").glob("*.json")):
+        model = json.loads(path.read_text())["model"]
+        label = model_label({"model": model}, "zh")
+        if label == model and not re.fullmatch(r"[\w./-]+", model):
+            untranslated[path.name] = model
+        assert model_label({"model": model}, "en") == model
+    assert not untranslated, f"model labels with no Chinese rendering (book/hooks.py MODEL_ZH): {untranslated}"
+    assert model_label({"model": "Qwen/Qwen3.5-0.8B"}, "zh") == "Qwen/Qwen3.5-0.8B"
+
+
+def test_zh_pages_show_no_space_between_chinese_lines(site):
+    """In the built zh pages no paragraph keeps a line break between two Chinese characters."""
+    from book.hooks import CJK
+
+    gaps = {}
+    for page in (p for p in PAGES if p.endswith(".md")):
+        article = _html(site, "zh", page).split("<article", 1)[-1].split("</article>")[0]
+        prose = re.sub(r"<pre.*?</pre>", "", article, flags=re.S)
+        found = re.findall(f".{{0,10}}[{CJK}]\\s*\\n\\s*[{CJK}].{{0,10}}", prose)
+        if found:
+            gaps[page] = found[:3]
+    assert not gaps, gaps
