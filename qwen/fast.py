@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from qwen.cache import KVCache
 from qwen.deltanet import chunk_gated_delta_rule, l2norm
-from qwen.quant import ROWS, Int8Linear
+from qwen.quant import ROWS, Int8Linear, W8A8Linear
 from qwen.rope import RotaryEmbedding
 from qwen.weights import PREFIXES, SKIP, Config, settle_head, weight_files
 
@@ -35,8 +35,11 @@ class Linear(nn.Module):
 
 
 def linear(w, dtype, quantize=None):
-    """The projection for weight w [out, in]: in dtype, or int8 with quantize="int8"."""
-    return Int8Linear(w) if quantize == "int8" else Linear(w.to(dtype))
+    """The projection for weight w [out, in]: in dtype, or int8 with quantize="int8" (int8 weights)
+    or "w8a8" (int8 weights, and int8 activations when decoding)."""
+    if quantize == "int8":
+        return Int8Linear(w)
+    return W8A8Linear(w) if quantize == "w8a8" else Linear(w.to(dtype))
 
 
 def fuse(W, names):
@@ -261,7 +264,7 @@ class Layer(nn.Module):
 
 class FastQwen(nn.Module):
     """The same model as qwen.model.Qwen, fp32 activations throughout, weights as loaded
-    (or int8). Token ids in, fp32 logits out."""
+    (or int8, see qwen/quant.py). Token ids in, fp32 logits out."""
 
     def __init__(self, cfg, W, dtype=torch.float32, quantize=None):
         super().__init__()
@@ -340,11 +343,15 @@ def load_tensors(path):
     return settle_head(W, path)                           # tied: drop a saved head; untied: need it
 
 
+QUANTIZE = (None, "int8", "w8a8")
+
+
 def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None):
     """The fast model of the checkpoint folder `path`, built straight from the mapped files:
     no module is made and randomly filled first, no tensor is copied that need not be."""
-    if quantize not in (None, "int8"):
-        raise ValueError(f"quantize={quantize!r}: use None (the weights as they are) or \"int8\"")
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize={quantize!r}: use None (the weights as they are), \"int8\" "
+                         "(int8 weights) or \"w8a8\" (int8 weights and decode activations)")
     if device != "cpu":
         raise ValueError(f"the fast path runs on the CPU; for {device} use fast=False")
     W = Checkpoint(load_tensors(path))

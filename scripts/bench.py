@@ -103,7 +103,8 @@ def machine_limits(tiny=False):
     packed = torch.ops.quantized.linear_prepack_fp16(w, None)
     kernels = {"fp32": (4, fast.Linear(w)), "bf16": (2, fast.Linear(w.bfloat16())),
                "fp16_fbgemm": (2, lambda x: torch.ops.quantized.linear_dynamic_fp16(x, packed)),
-               "int8": (1, fast.linear(w, torch.bfloat16, "int8"))}
+               "int8": (1, fast.linear(w, torch.bfloat16, "int8")),
+               "int8_fbgemm": (1, fast.linear(w, torch.bfloat16, "w8a8"))}
     for name, (size, f) in kernels.items():
         lim[f"gemv_{name}_GBps"] = rows * cols * size / timeit(lambda: f(x), 20) / 1e9
     return lim
@@ -111,7 +112,8 @@ def machine_limits(tiny=False):
 
 def attention_kernels(cfg, contexts=(2048, 8192)):
     """Milliseconds of one token's attention over a cache of n tokens, per layer: torch's fused
-    scaled_dot_product_attention with grouped KV against the fast path's two matrix products."""
+    scaled_dot_product_attention with grouped KV against the fast path's two matrix products, and
+    the time to read the same cache once (a .sum() of the keys and of the values)."""
     import torch.nn.functional as F
     out = {}
     nh, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -120,7 +122,8 @@ def attention_kernels(cfg, contexts=(2048, 8192)):
         k, v = (torch.randn(1, nkv, 2 * n, hd)[:, :, :n] for _ in range(2))   # a buffer with room
         sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 20)
         ours = timeit(lambda: fast.decode_attention(q, k, v), 20)
-        out[n] = {"sdpa_ms": sdpa * 1e3, "ours_ms": ours * 1e3,
+        read = timeit(lambda: (k.sum(), v.sum()), 20)
+        out[n] = {"sdpa_ms": sdpa * 1e3, "ours_ms": ours * 1e3, "read_ms": read * 1e3,
                   "cache_MB": 2 * k.numel() * k.element_size() / 1e6}
     return out
 
@@ -382,14 +385,15 @@ def main(argv=None):
 
     # loading: each in a fresh process, so that peak memory is its own
     res["load"] = {name: load_in_subprocess(folder, name, args.threads)
-                   for name in ("clear", "fast", "int8")}
+                   for name in ("clear", "fast", "int8", "w8a8")}
     res["limits"] = machine_limits(args.tiny)
     res["attention"] = attention_kernels(cfg, (64, 256) if args.tiny else (2048, 8192))
     res["attention_layers"] = cfg.layer_types.count("full_attention")
     bf16 = torch.bfloat16
     systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16, fast=False)),
                "ours fast": Ours(fast.from_pretrained(folder, bf16)),
-               "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8"))}
+               "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8")),
+               "ours w8a8": Ours(fast.from_pretrained(folder, bf16, quantize="w8a8"))}
     if args.compile:
         systems["ours compiled"] = Compiled(fast.from_pretrained(folder, bf16))
     if not args.no_transformers:
@@ -401,11 +405,12 @@ def main(argv=None):
     base = "transformers" if "transformers" in systems else "ours clear"
 
     def at(n, decode=False):
-        """The systems timed at n tokens: the clear path only up to --clear-max, the compiled one
-        only for decode (each new prompt length would compile again)."""
+        """The systems timed at n tokens: the clear path only up to --clear-max; the compiled one
+        only for decode (each new prompt length would compile again), and w8a8 too (its prefill is
+        int8's: the same code)."""
         return {k: s for k, s in systems.items()
-                if not (k == "ours clear" and n > args.clear_max) and not (k == "ours compiled"
-                                                                        and not decode)}
+                if not (k == "ours clear" and n > args.clear_max)
+                and not (k in ("ours compiled", "ours w8a8") and not decode)}
     ids = torch.randint(0, cfg.vocab_size, (1, max(prompts + contexts + fast_contexts + long)),
                         generator=torch.Generator().manual_seed(0))
     res["prefill"], res["decode"], res["long_prefill"] = {}, {}, {}
@@ -466,7 +471,7 @@ if sys.argv[2] == "clear":
     m = from_pretrained(sys.argv[1], torch.bfloat16, fast=False)
 else:
     m = fast.from_pretrained(sys.argv[1], torch.bfloat16,
-                             quantize="int8" if sys.argv[2] == "int8" else None)
+                             quantize=None if sys.argv[2] == "fast" else sys.argv[2])
 t = time.perf_counter() - t0
 print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
@@ -496,8 +501,14 @@ def bounds(cfg, lim):
             / (2 * (params - budget["embedding"]))}
 
 
-SHORT = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "ours compiled": "compiled",
-         "transformers": "hf"}
+SHORT = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "ours w8a8": "w8a8",
+         "ours compiled": "compiled", "transformers": "hf"}
+EIGHT_BIT = ("int8", "w8a8", "q8")          # systems whose bound is the int8 one
+
+
+def bound_of(name, b):
+    """The decode bound of a system: int8's for 8-bit weights, bf16's for the others."""
+    return b["decode_int8_tok_s" if any(e in name for e in EIGHT_BIT) else "decode_bf16_tok_s"]
 
 
 def short(name):
@@ -534,13 +545,14 @@ def table(res):
         for k, n in cols))
     first = next(iter(res["decode"].values()))
     lines.append("decode as a fraction of its bound: " + ", ".join(
-        f"{name} {row['tok_s'] / (b['decode_int8_tok_s'] if 'int8' in name or 'q8' in name else b['decode_bf16_tok_s']):.0%}"
+        f"{name} {row['tok_s'] / bound_of(name, b):.0%}"
         for name, row in first.items() if "q4" not in name))
     if res.get("compile_seconds") is not None:
         lines.append(f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s")
     for n, a in res.get("attention", {}).items():
         lines.append(f"one token's attention over {n} cached tokens ({a['cache_MB']:.0f} MB), per layer: "
-                     f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms")
+                     f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms"
+                     + (f", reading it once {a['read_ms']:.2f} ms" if "read_ms" in a else ""))
     if res.get("prefill_shares"):
         p = res["prefill_shares"]
         lines.append(f"ours fast, where a prefill of {p['tokens']} tokens goes: " + ", ".join(
@@ -577,6 +589,7 @@ def flat_values(res):
             v["compile_breakeven_tokens"] = f"{res['compile_seconds'] / saved:,.0f}"
     pairs = [("ours compiled", "ours fast"), ("ours fast", "llama.cpp bf16"),
              ("ours int8", "llama.cpp q8_0"), ("ours int8", "llama.cpp q4_0"),
+             ("ours w8a8", "llama.cpp q8_0"), ("ours w8a8", "ours int8"), ("ours w8a8", "ours fast"),
              ("ours fast", "ours clear")]
     for kind in ("prefill", "decode"):                  # ratios of medians, not paired
         for n, row in res[kind].items():
@@ -591,6 +604,9 @@ def flat_values(res):
         v[f"attn_{n}_sdpa_ms"], v[f"attn_{n}_ours_ms"] = f"{a['sdpa_ms']:.2f}", f"{a['ours_ms']:.2f}"
         v[f"attn_{n}_sdpa_vs_ours"] = f"{a['sdpa_ms'] / a['ours_ms']:.1f}"
         v[f"attn_{n}_cache_MB"] = f"{a['cache_MB']:.0f}"
+        if "read_ms" in a:
+            v[f"attn_{n}_read_ms"] = f"{a['read_ms']:.2f}"
+            v[f"attn_{n}_ours_vs_read"] = f"{a['ours_ms'] / a['read_ms']:.1f}"
         # what one token reads from the KV caches of the attention layers, next to the weights' bytes
         layers = res.get("attention_layers", 6)
         v[f"kv_{n}_vs_weights"] = f"{layers * a['cache_MB'] * 1e6 / (2 * res['bounds']['params']):.1%}"
@@ -603,8 +619,7 @@ def flat_values(res):
     for n in list(dec)[1:]:
         v[f"decode_{n}_vs_{first}_fast"] = f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
     for name, r in dec[first].items():
-        bound = res["bounds"]["decode_int8_tok_s" if "int8" in name else "decode_bf16_tok_s"]
-        v[f"decode_{first}_{short(name)}_of_bound"] = f"{r['tok_s'] / bound:.0%}"
+        v[f"decode_{first}_{short(name)}_of_bound"] = f"{r['tok_s'] / bound_of(name, res['bounds']):.0%}"
     return v
 
 

@@ -57,8 +57,9 @@ def parse_args(argv):
                    help="use the book's tiny random test model (text is noise)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
-    p.add_argument("--quantize", choices=["int8"],
-                   help="int8 weights: half the bytes of bf16 to read per token (chapter 16)")
+    p.add_argument("--quantize", choices=["int8", "w8a8"],
+                   help="int8: int8 weights, half the bytes of bf16 to read per token; w8a8: int8 weights "
+                        "and int8 activations when decoding, faster still (chapter 16)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")

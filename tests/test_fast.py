@@ -13,7 +13,7 @@ from qwen import fast
 from qwen.cache import Cache
 from qwen.generate import generate
 from qwen.model import from_pretrained
-from qwen.quant import dequantize_int8, quantize_int8
+from qwen.quant import Int8Linear, W8A8Linear, dequantize_int8, quantize_int8
 from tests.reference import max_diff, our_model, reference_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,44 @@ def test_bf16_and_int8_errors_next_to_the_clear_bf16_error(pair):
     assert (int8.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
 
 
+@torch.no_grad()
+def test_w8a8_decode_errors_next_to_the_int8_and_bf16_errors(pair):
+    """w8a8 rounds each decode step's activations to 7 bits as well: measured over 20 decode steps after
+    a prompt, against fp32, next to int8's and the clear bf16 model's errors (printed with pytest -s)."""
+    clear, W, ids = pair
+    W16 = {k: v.bfloat16() for k, v in W.items()}
+
+    def decoded(model):
+        cache = Cache(clear.cfg, batch=2)
+        model(ids[:, :40], cache=cache)
+        return torch.cat([model(ids[:, t:t + 1], cache=cache) for t in range(40, 60)], dim=1)
+    ref = decoded(clear)
+    bf16_err = max_diff("clear bf16 decode vs fp32", decoded(from_weights_bf16(clear, W)).float(), ref, 1.0)
+    int8_err = max_diff("fast int8 decode vs fp32", decoded(fast.FastQwen(clear.cfg, W16, torch.bfloat16,
+                                                                          quantize="int8")), ref, 1.0)
+    w8a8 = decoded(fast.FastQwen(clear.cfg, W16, torch.bfloat16, quantize="w8a8"))
+    max_diff(f"fast w8a8 decode vs fp32 (int8: {int8_err:.3f}, clear bf16: {bf16_err:.3f})",
+             w8a8, ref, max(int8_err, bf16_err) * 4)
+    assert (w8a8.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def test_w8a8_matvec_is_within_half_an_activation_step_of_the_int8_weights():
+    """One decode row: x is rounded to 7 bits between min(x, 0) and max(x, 0), so each output is off by at
+    most half a step times the row's sum of |weights|; many rows (prefill) are exactly Int8Linear's."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 200, generator=gen) * torch.logspace(-2, 0, 96)[:, None]
+    lin, ref_lin = W8A8Linear(w), Int8Linear(w)
+    wd = dequantize_int8(lin.q, lin.s.float())
+    for x in (torch.randn(1, 200, generator=gen), torch.rand(1, 200, generator=gen) * 30):
+        step = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
+        bound = step / 2 * wd.abs().sum(1) * 1.01 + 1e-5
+        err = (lin(x) - x @ wd.T).abs()
+        assert (err <= bound).all(), f"off by {(err / bound).max():.2f} x the bound"
+        assert err.max() > 0, "the activations were rounded"
+    xs = torch.randn(3, 40, 200, generator=gen)                        # 120 rows: the prefill path
+    assert torch.equal(lin(xs), ref_lin(xs))
+
+
 def from_weights_bf16(clear, W):
     from qwen.model import Qwen
     from qwen.weights import load
@@ -92,8 +130,8 @@ def test_greedy_tokens_equal_the_clear_path_on_the_tiny_model():
     model = from_pretrained(folder)                                    # the fast path by default
     assert isinstance(model, fast.FastQwen)
     assert list(generate(model, ids, 24)) == list(generate(clear, ids, 24))
-    int8 = from_pretrained(folder, torch.bfloat16, quantize="int8")
-    assert len(list(generate(int8, ids, 4))) == 4
+    for q in ("int8", "w8a8"):
+        assert len(list(generate(from_pretrained(folder, torch.bfloat16, quantize=q), ids, 4))) == 4
 
 
 def test_from_pretrained_maps_the_file_and_joins_projections_without_copies():
