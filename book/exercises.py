@@ -768,3 +768,25 @@ def check_ch16_int8_matvec(int8_matvec):
     if not _close(got, want, atol=1e-4, rtol=1e-4):
         return [_t("别忘了每行乘它的尺度", "each row's result must be multiplied by its scale")]
     return []
+
+
+@exercise("16.3")
+def check_ch16_round_activations(round_activations):
+    """round_activations(x) -> (u, step, zero): x ≈ step * (u - zero), u whole numbers in [0, 127]."""
+    gen = torch.Generator().manual_seed(2)
+    for x in (torch.randn(64, generator=gen), torch.rand(64, generator=gen) * 5,
+              -torch.rand(64, generator=gen) * 0.01, torch.randn(64, generator=gen) * 100):
+        u, step, zero = (torch.as_tensor(t).double() for t in round_activations(x))
+        if u.shape != x.shape or (u != u.round()).any() or u.min() < 0 or u.max() > 127:
+            return [_t("u 应与 x 同形状，取 0 到 127 的整数", "u should have x's shape, whole numbers from 0 to 127")]
+        if zero != zero.round():
+            return [_t("零点要是整数：这样 0 正好能表示出来", "the zero point must be a whole number, so that 0 is exact")]
+        want = (x.max().clamp(min=0) - x.min().clamp(max=0)).double() / 127
+        if not _close(step, want, rtol=1e-3, atol=0):
+            return [_t("步长是 (max(x, 0) - min(x, 0)) / 127：127 级覆盖包含 0 的范围",
+                       "the step is (max(x, 0) - min(x, 0)) / 127: 127 levels over a range that holds 0")]
+        err = (step * (u - zero) - x.double()).abs().max()
+        if err > step / 2 * 1.001:
+            return [_t("有的值差了不止半个步长", "some values are off by more than half a step")]
+    return []
+

@@ -182,6 +182,8 @@ def expand_macros(page, lang, lines):
     """The page's lines with its macros expanded outside code, as the site does; {{ output }} lines are kept."""
     if hasattr(hooks, "conditional_blocks"):
         lines = hooks.conditional_blocks(lines, page)
+    if lang == "zh" and hasattr(hooks, "join_cjk_lines"):     # a break between Chinese characters is no space
+        lines = hooks.join_cjk_lines(lines)
     out, in_code = [], False
     for line in lines:
         if line.lstrip().startswith("```"):

@@ -1,5 +1,5 @@
-"""int8 quantization: each output row of a weight is stored as int8 times one scale; with W8A8Linear the
-activations of a decode step are rounded to int8 too, and the products are taken in int8."""
+"""int8 quantization: each output row of a weight is stored as int8 times one scale; with
+W8A8Linear the activations of a decode step are rounded to int8 too, and multiplied in int8."""
 # --8<-- [start:quantize]
 import warnings
 
@@ -44,27 +44,30 @@ class Int8Linear(torch.nn.Module):
 
 # --8<-- [start:w8a8]
 class W8A8Linear(Int8Linear):
-    """The int8 weights of Int8Linear, multiplied in int8: for a few rows (decode) x is rounded to 8 bits
-    too, with one scale for the call, and fbgemm adds the int8 x int8 products in int32, one instruction
-    for many at a time, where the weight-only kernel widens every weight to bf16 first. llama.cpp's q8_0
-    does the same, with one scale per 32 values of x. Prefill is Int8Linear's (widened, fp32)."""
+    """The int8 weights of Int8Linear, multiplied in int8: for a few rows (decode) x is rounded
+    to 8 bits too, one scale for the call, and fbgemm adds the int8 x int8 products in int32,
+    many in one instruction, where the weight-only kernel widens every weight to bf16 first.
+    llama.cpp's q8_0 does the same with one scale per 32 values of x. Prefill is Int8Linear's."""
 
     def __init__(self, w):
         super().__init__(w)
         if "fbgemm" not in torch.backends.quantized.supported_engines:
-            raise RuntimeError('quantize="w8a8" needs torch\'s fbgemm kernels, which this torch build '
-                               'lacks (an x86 CPU build has them): use quantize="int8"')
+            raise RuntimeError('quantize="w8a8" needs torch\'s fbgemm kernels, which this torch '
+                               'build lacks (x86 CPU builds have them): use quantize="int8"')
         zero = torch.zeros(len(self.s), dtype=torch.long)
-        with warnings.catch_warnings():       # torch's quantized tensors are deprecated; the kernel is not
-            warnings.simplefilter("ignore")   # and this is its only way in: the tensor is dropped at once
+        # torch's quantized tensors are deprecated, the kernel is not, and one is its only way in:
+        # it is made here and dropped at once
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             qw = torch._make_per_channel_quantized_tensor(self.q, self.s.double(), zero, 0)
-        self.packed = torch.ops.quantized.linear_prepack(qw, None)   # the weight in fbgemm's tile order
+        self.packed = torch.ops.quantized.linear_prepack(qw, None)   # in fbgemm's tile order
 
     def forward(self, x):
         if x.shape[:-1].numel() > ROWS:
             return super().forward(x)
         # reduce_range: x is rounded to 7 bits, so that two products summed never pass the 16-bit
         # accumulator of AVX2's multiply-add (255 * 127 * 2 would)
-        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, x.shape[-1]).float(), self.packed, True)
+        x2 = x.reshape(-1, x.shape[-1]).float()
+        y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)   # reduce_range=True
         return y.view(*x.shape[:-1], -1)
 # --8<-- [end:w8a8]

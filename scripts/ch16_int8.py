@@ -1,9 +1,11 @@
 """Chapter 16: reading fewer bytes. int8 weights with one scale per output row: the bytes saved, and
-what it costs in accuracy next to bf16's own cost."""
+what it costs in accuracy next to bf16's own cost; then int8 activations too (w8a8), measured on
+decode steps, where they are used."""
 import torch
 
 from book.out import record
 from book.tiny import is_tiny
+from qwen.cache import Cache
 from qwen.fast import FastQwen, Linear
 from qwen.model import from_pretrained
 from qwen.quant import Int8Linear, dequantize_int8, quantize_int8
@@ -47,6 +49,34 @@ agree = {}
 for name, m in variants.items():
     agree[name] = (m(ids).float().argmax(-1) == ref.argmax(-1)).float().mean().item()
     print(f"{name:16}{read_bytes(m):>14,}{agree[name]:>14.1%}")
-record(**{f"agree_{k.replace(' ', '_')}": f"{v:.1%}" for k, v in agree.items()},
+
+# --8<-- [start:decode]
+# w8a8 rounds the activations only when decoding (a few rows): measure it there, step by step, each
+# step fed the same token as fp32's
+variants["w8a8"] = from_pretrained(path, torch.bfloat16, quantize="w8a8")
+prompt, steps = 100, 50
+
+
+def decode_logits(model):
+    cache = Cache(model.cfg)
+    model(ids[:, :prompt], cache=cache)
+    return torch.cat([model(ids[:, t:t + 1], cache=cache).float()
+                      for t in range(prompt, prompt + steps)], dim=1)
+
+
+ref = decode_logits(fp32)
+print(f"\n{steps} decode steps after {prompt} tokens")
+print(f"{'':16}{'top-1 = fp32':>14}{'logit error':>14}")
+decode = {}
+for name in ("clear bf16", "fast bf16", "int8 everywhere", "w8a8"):
+    got = decode_logits(variants[name])
+    top1 = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    err = ((got - ref).norm() / ref.norm()).item()                    # relative, over all logits
+    decode[name] = top1, err
+    print(f"{name:16}{top1:>14.1%}{err:>14.2%}")
+# --8<-- [end:decode]
+record(**{f"decode_agree_{k.split()[0]}": f"{a:.1%}" for k, (a, _) in decode.items()},
+       **{f"decode_err_{k.split()[0]}": f"{e:.2%}" for k, (_, e) in decode.items()},
+       **{f"agree_{k.replace(' ', '_')}": f"{v:.1%}" for k, v in agree.items()},
        bytes_bf16=f"{read_bytes(variants['fast bf16']):,}",
        bytes_int8=f"{read_bytes(variants['int8 everywhere']):,}")

@@ -242,6 +242,11 @@ CASES = [
                  (w.abs().max() / 127).expand(w.shape[0]))], False),
     ("16-int8.md", ex.check_ch16_int8_matvec, sol.int8_matvec,
      [lambda q, scale, x: q.float() @ x], False),                                # forgot the scale
+    ("16-int8.md", ex.check_ch16_round_activations, sol.round_activations,
+     [lambda x: (lambda step: (torch.round(x / step).clamp(0, 127), step, torch.tensor(0.0)))(  # no zero point
+         x.abs().max() / 127),
+      lambda x: (lambda lo, step: (torch.round((x - lo) / step), step, -lo / step))(              # zero not whole
+          x.min(), (x.max() - x.min()) / 127)], False),
 ]
 
 

@@ -157,3 +157,39 @@ def test_the_typed_number_check_catches_a_typed_value(tmp_path):
     page.write_text(head + str(n_norms) + tail + "\nThe largest difference was 8.29e-06.\n")
     found = {num for _, num, _ in prose.typed_numbers(page)}
     assert {str(n_norms), "8.29e-06"} <= found, found
+
+
+# ------------------------------------------------------------------------ words about measured numbers
+def _values(name):
+    return {k: float(str(v).rstrip("%").replace(",", "")) for k, v in
+            json.loads((ROOT / "docs" / "outputs" / f"{name}.json").read_text())["values"].items()
+            if re.fullmatch(r"-?[\d,]+(\.\d+)?%?", str(v))}
+
+
+# (what the pages say in words, which outputs it is about, a test of the recorded values). When a rerun breaks
+# one, the sentence on the page is no longer true: change the page (both editions) with the numbers.
+CLAIMS = [
+    ("13/16: int8 weights did not make decoding twice as fast", "bench_08b",
+     lambda v: v["decode_128_int8"] < 2 * v["decode_128_fast"]),
+    ("16: the int8 kernel read fewer bytes per second than a plain read", "bench_08b",
+     lambda v: v["gemv_int8_GBps"] < v["read_GBps"]),
+    ("16: w8a8 is the faster int8 (why it is offered)", "bench_08b",
+     lambda v: v["decode_128_w8a8"] > v["decode_128_int8"]),
+    ("15: one query's products over an 8192-token cache take longer than reading it", "bench_08b",
+     lambda v: v["attn_8192_ours_ms"] > v["attn_8192_read_ms"]),
+    ("15: over 8192 tokens the fused kernel is the slower of the two for one query", "bench_08b",
+     lambda v: v["attn_8192_sdpa_ms"] > v["attn_8192_ours_ms"]),
+    ("13: torch's bf16 matrix-vector product moved fewer bytes per second than the fp32 one", "bench_08b",
+     lambda v: v["gemv_bf16_GBps"] < v["gemv_fp32_GBps"]),
+    ("15: over 2048 tokens the two attention kernels were close", "bench_08b",
+     lambda v: 2 / 3 < v["attn_2048_sdpa_ms"] / v["attn_2048_ours_ms"] < 3 / 2),
+    ("13: the bf16 GEMM is far slower than the fp32 one on this CPU", "bench_08b",
+     lambda v: v["gemm_bf16_GFLOPs"] * 10 < v["gemm_fp32_GFLOPs"]),
+    ("16: rounding the activations too costs more than the weights alone", "ch16_int8",
+     lambda v: v["decode_err_w8a8"] > v["decode_err_int8"]),
+]
+
+
+@pytest.mark.parametrize("claim, output, holds", CLAIMS, ids=[c[0] for c in CLAIMS])
+def test_what_the_pages_say_about_measured_numbers_holds_for_them(claim, output, holds):
+    assert holds(_values(output)), f"{claim}: not so in docs/outputs/{output}.json"

@@ -305,3 +305,14 @@ def int8_matvec(q, scale, x):
     """Multiply by the int8 rows, then scale each result once."""
     return (q.float() @ x) * scale
 # --8<-- [end:ch16_int8_matvec]
+
+
+# --8<-- [start:ch16_round_activations]
+def round_activations(x):
+    """One step and one whole zero point for the vector; 127 levels, as fbgemm uses on AVX2."""
+    lo, hi = x.min().clamp(max=0), x.max().clamp(min=0)
+    step = ((hi - lo) / 127).clamp(min=1e-12)
+    zero = torch.round(-lo / step)
+    u = torch.round(x / step + zero).clamp(0, 127)
+    return u, step, zero
+# --8<-- [end:ch16_round_activations]
