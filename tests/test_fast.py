@@ -113,6 +113,12 @@ def test_w8a8_matvec_is_within_half_an_activation_step_of_the_int8_weights():
     assert torch.equal(lin(xs), ref_lin(xs))
 
 
+def test_w8a8_without_fbgemm_says_what_to_use_instead(monkeypatch):
+    monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack"])
+    with pytest.raises(RuntimeError, match='fbgemm.*use quantize="int8"'):
+        W8A8Linear(torch.randn(8, 8))
+
+
 def from_weights_bf16(clear, W):
     from qwen.model import Qwen
     from qwen.weights import load
