@@ -60,9 +60,9 @@ def _provenance(name):
 
 
 # The model labels runs record (scripts/bench.py, book/regen.py), in the Chinese edition's words. A label not
-# listed here (a plain model name such as "Qwen/Qwen3.5-0.8B", or a folder and its sha256) is shown as recorded.
+# listed here (a plain model name such as "Qwen/Qwen3.5-0.8B", or a folder and its sha256) is shown as recorded;
+# the tiny test model is named by each edition's TEXT["tiny"].
 MODEL_ZH = {
-    "tiny test model": "微型测试模型",
     "Qwen3.5-0.8B shapes, random bf16 weights": "Qwen3.5-0.8B 的形状，随机 bf16 权重",
     "Qwen/Qwen3.5-0.8B config.json (no weights)": "Qwen/Qwen3.5-0.8B 的 config.json（不含权重）",
     "tiny random reference models (tests/reference.py)": "微型随机参考模型（tests/reference.py）",

@@ -67,7 +67,7 @@ class W8A8Linear(Int8Linear):
             return super().forward(x)
         # reduce_range: x is rounded to 7 bits, so that two products summed never pass the 16-bit
         # accumulator of AVX2's multiply-add (255 * 127 * 2 would)
-        x2 = x.reshape(-1, x.shape[-1]).float()
+        x2 = x.reshape(-1, x.shape[-1])                 # fp32, as the fast path keeps it
         y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)   # reduce_range=True
         return y.view(*x.shape[:-1], -1)
 # --8<-- [end:w8a8]

@@ -37,6 +37,7 @@ from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
 from qwen.weights import Config                                # noqa: E402
 
 RANDOM_08B = ROOT / ".cache" / "random-qwen3.5-0.8b"
+PAIR_REPEATS = 7          # turns of each context pair: a ratio near 1 needs more than --repeats
 TEXT_08B = {   # Qwen/Qwen3.5-0.8B's text_config: the real dimensions
     "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
     "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6, "num_attention_heads": 8,
@@ -183,6 +184,29 @@ class Ours:
         return x
 
 
+class AtContext(Ours):
+    """Our model decoding after its own prompt: two of these on one model take turns at two
+    context lengths, so that a slower minute of the machine slows both and their ratio holds."""
+
+    def __init__(self, model, ids):
+        super().__init__(model)
+        self.ids = ids
+
+
+def context_pairs(model, ids, short, longs, new_tokens, repeats):
+    """{n: decode after n tokens against after `short` tokens}, the two contexts timed in turn
+    (A B B A) on the same model: tokens/s of each and the median of the paired ratios."""
+    out = {}
+    for n in longs:
+        pair = {"short": AtContext(model, ids[:, :short]), "long": AtContext(model, ids[:, :n])}
+        times = interleaved(pair, decode_run(None, new_tokens), repeats)
+        out[n] = {"short": short, "ratio": statistics.median(
+                      s / t for s, t in zip(times["short"], times["long"])),
+                  **{f"{k}_tok_s": new_tokens / statistics.median(ts) for k, ts in times.items()}}
+        del pair                                       # the caches of 8k tokens, before the next
+    return out
+
+
 class Compiled(Ours):
     """The fast path with its decode step under torch.compile; the prompt runs eagerly. The first
     decode call compiles (and recompiles once the cache length varies): its time is kept apart."""
@@ -278,12 +302,13 @@ def prefill_run(ids):
 
 
 def decode_run(ids, new_tokens):
-    """Prefill `ids` once (untimed), then time new_tokens decode steps per call."""
+    """Prefill `ids` (or a system's own, see AtContext) once, untimed, then time new_tokens decode
+    steps per call."""
     def run(system, warm=False):
         if isinstance(system, LlamaCpp):
             return 0.0 if warm else system.seconds(new_tokens=new_tokens, depth=ids.shape[1])
         if warm:
-            system.x = system.prefill(ids)
+            system.x = system.prefill(getattr(system, "ids", ids))
             system.decode(system.x, 2)
             return 0.0
         t0 = time.perf_counter()
@@ -361,6 +386,13 @@ def main(argv=None):
                 res["compile_seconds_warm_cache"] = res["compile_seconds"]
                 res["compile_seconds"] = compile_in_subprocess(folder, res["threads"], res["new_tokens"])
                 res["compile_cache"] = "empty"
+            if "context_pairs" not in res:
+                # that run timed the long contexts apart from the short one: time them in turn now
+                ctx = sorted(int(n) for n in res["decode"])
+                ids = torch.randint(0, cfg.vocab_size, (1, ctx[-1]),
+                                    generator=torch.Generator().manual_seed(0))
+                res["context_pairs"] = context_pairs(fast.from_pretrained(folder, torch.bfloat16), ids,
+                                                     ctx[0], ctx[1:], res["new_tokens"], PAIR_REPEATS)
             res["parts_measured_after"] = True
             if args.json:
                 args.json.write_text(json.dumps(res, indent=1) + "\n")
@@ -430,10 +462,11 @@ def main(argv=None):
                             args.repeats)
         res["decode"][n] = summarize(times, args.new_tokens, base)
         print_row(f"decode after {n}", res["decode"][n])
-    only_fast = {"ours fast": systems["ours fast"]}
+    # the fast path after longer contexts, each timed in turn with the first: their ratio is paired
+    res["context_pairs"] = context_pairs(systems["ours fast"].model, ids, contexts[0],
+                                         contexts[1:] + fast_contexts, args.new_tokens, PAIR_REPEATS)
     for n in fast_contexts:
-        times = interleaved(only_fast, decode_run(ids[:, :n], args.new_tokens), args.repeats)
-        res["decode"][n] = summarize(times, args.new_tokens, base)
+        res["decode"][n] = {"ours fast": {"tok_s": res["context_pairs"][n]["long_tok_s"]}}
         print_row(f"decode after {n}", res["decode"][n])
     for n in long:
         times = interleaved({"ours fast": systems["ours fast"]}, prefill_run(ids[:, :n]), 1)
@@ -485,20 +518,14 @@ print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
 COMPILE_CODE = """
-import sys, time, torch
+import sys, torch
 torch.set_num_threads(int(sys.argv[2]))
-from qwen import fast
-from qwen.cache import Cache
-m = fast.from_pretrained(sys.argv[1], torch.bfloat16)
+import bench
+m = bench.fast.from_pretrained(sys.argv[1], torch.bfloat16)
 ids = torch.randint(0, m.cfg.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0))
-step = torch.compile(m)
-with torch.no_grad():
-    cache = Cache(m.cfg)
-    x = m(ids, cache=cache, last_only=True)[:, -1:].argmax(-1)
-    t0 = time.perf_counter()
-    for _ in range(int(sys.argv[3])):
-        x = step(x, cache=cache, last_only=True)[:, -1:].argmax(-1)
-print(time.perf_counter() - t0)
+system = bench.Compiled(m)
+system.decode(system.prefill(ids), int(sys.argv[3]))
+print(system.compile_seconds)
 """
 
 
@@ -508,7 +535,8 @@ def compile_in_subprocess(folder, threads, new_tokens):
     with tempfile.TemporaryDirectory(prefix="bench-inductor-") as cache_dir:
         out = subprocess.run([sys.executable, "-c", COMPILE_CODE, str(folder), str(threads),
                               str(new_tokens)], capture_output=True, text=True, cwd=ROOT, check=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache_dir})
+                             env={**os.environ, "PYTHONPATH": str(ROOT / "scripts"),
+                                  "TORCHINDUCTOR_CACHE_DIR": cache_dir})
     return float(out.stdout.split()[-1])
 
 
@@ -590,6 +618,11 @@ def table(res):
         lines.append(f"one token's attention over {n} cached tokens ({a['cache_MB']:.0f} MB), per layer: "
                      f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms"
                      + (f", reading it once {a['read_ms']:.2f} ms" if "read_ms" in a else ""))
+    if res.get("context_pairs"):
+        lines.append("ours fast, decode after a longer context against after the first, timed in turn "
+                     f"(median of {PAIR_REPEATS} paired ratios): " + ", ".join(
+                         f"{n}: {p['ratio']:.2f}x ({p['long_tok_s']:.2f} vs {p['short_tok_s']:.2f} tok/s)"
+                         for n, p in res["context_pairs"].items()))
     if res.get("prefill_shares"):
         p = res["prefill_shares"]
         lines.append(f"ours fast, where a prefill of {p['tokens']} tokens goes: " + ", ".join(
@@ -655,8 +688,10 @@ def flat_values(res):
     v.update({k: f"{x:.1f}" for k, x in res["bounds"].items() if k != "params"})
     dec = res["decode"]
     first = next(iter(dec))
-    for n in list(dec)[1:]:
-        v[f"decode_{n}_vs_{first}_fast"] = f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
+    for n in list(dec)[1:]:           # timed in turn when the run has the pairs, else apart
+        pair = res.get("context_pairs", {}).get(n)
+        v[f"decode_{n}_vs_{first}_fast"] = f"{pair['ratio']:.2f}" if pair else \
+            f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
     for name, r in dec[first].items():
         v[f"decode_{first}_{short(name)}_of_bound"] = f"{r['tok_s'] / bound_of(name, res['bounds']):.0%}"
     return v

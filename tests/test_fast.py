@@ -175,6 +175,44 @@ def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
     assert set(res["decode"][next(iter(res["decode"]))]) >= {"ours clear", "ours fast", "ours int8",
                                                             "transformers"}
     assert res["limits"]["read_GBps"] > 0
+    # the longer context is timed in turn with the first one, on the fast path
+    pair = res["context_pairs"]["48"]
+    assert pair["short"] == 16 and pair["ratio"] > 0 and pair["long_tok_s"] > 0
+    assert "timed in turn" in r.stdout
+
+
+def _bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_times_two_contexts_in_turn_each_after_its_own_prompt(monkeypatch):
+    """The paired context ratio: each side prefills its own prompt once, then they decode in A B B A order, and
+    the ratio is the median of (short's time / long's time) over the turns."""
+    from qwen.weights import Config
+    bench, cfg, calls = _bench(), Config.load(tiny_path()), []
+
+    class Model:                               # a stand-in that records what it is called with
+        def __init__(self):
+            self.cfg = cfg
+
+        def __call__(self, ids, cache, last_only):
+            calls.append((ids.shape[1], id(cache)))
+            return torch.zeros(1, 1, 5)
+    ids = torch.zeros(1, 48, dtype=torch.long)
+    clock = iter(range(10_000))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))   # each timed call "takes" 1 tick
+    out = bench.context_pairs(Model(), ids, 16, [48], new_tokens=2, repeats=3)
+    prefills = [n for n, _ in calls if n > 1]
+    assert prefills == [16, 48]
+    caches = [c for n, c in calls if n == 1][4:]            # after the warm-up's 2 + 2 steps
+    short, long = calls[0][1], calls[[n for n, _ in calls].index(48)][1]
+    turns = [caches[i] for i in range(0, len(caches), 2)]   # 2 steps per timed call
+    assert turns == [short, long, long, short, short, long]
+    assert out[48]["short"] == 16 and out[48]["ratio"] == 1.0
 
 
 def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
