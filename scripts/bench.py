@@ -349,8 +349,9 @@ def main(argv=None):
                     help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--write", action="store_true", help="write docs/outputs/bench_* for the book")
-    ap.add_argument("--measure-parts", action="store_true", help="with --from-json: measure the "
-                    "attention kernels and where a prefill goes now, and add them to those results")
+    ap.add_argument("--measure-parts", action="store_true", help="with --from-json: measure what "
+                    "that run lacks (attention kernels, prefill shares, compile times, paired "
+                    "contexts) now, and add it to its results")
     ap.add_argument("--make-random-08b", action="store_true", help="build the checkpoint and exit")
     ap.add_argument("--from-json", type=Path, help="print (and --write) the results of an earlier "
                     "--json run instead of measuring")
@@ -371,21 +372,29 @@ def main(argv=None):
         return 0
     if args.from_json:
         res = json.loads(args.from_json.read_text())
-        if args.measure_parts:       # measured now, on this machine, and added to the earlier run
+        if args.measure_parts:       # what that run lacks, measured now on this machine and added
             torch.set_num_threads(res["threads"])
             folder = tiny_folder() if res["model"] == "tiny test model" else make_random_08b()
             cfg = Config.load(folder)
-            res["attention"] = attention_kernels(cfg, (64, 256) if "tiny" in res["model"]
-                                                 else (2048, 8192))
-            n = max(int(k) for k in res["prefill"])
-            ids = torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
-            res["prefill_shares"] = prefill_shares(fast.from_pretrained(folder, torch.bfloat16), ids)
-            res["attention_layers"] = cfg.layer_types.count("full_attention")
+            if not all("read_ms" in a for a in res.get("attention", {None: {}}).values()):
+                res["attention"] = attention_kernels(cfg, (64, 256) if "tiny" in res["model"]
+                                                     else (2048, 8192))
+                res["attention_layers"] = cfg.layer_types.count("full_attention")
+            if "prefill_shares" not in res:
+                n = max(int(k) for k in res["prefill"])
+                ids = torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+                res["prefill_shares"] = prefill_shares(fast.from_pretrained(folder, torch.bfloat16), ids)
             if "compile_seconds" in res and res.get("compile_cache") != "empty":
                 # that run's compile found torch's on-disk cache filled by an earlier one: time a first compile
                 res["compile_seconds_warm_cache"] = res["compile_seconds"]
                 res["compile_seconds"] = compile_in_subprocess(folder, res["threads"], res["new_tokens"])
                 res["compile_cache"] = "empty"
+            elif "compile_seconds" in res and "compile_seconds_warm_cache" not in res:
+                # a first compile fills a cache, and the second one is timed with it
+                with tempfile.TemporaryDirectory(prefix="bench-inductor-") as cache_dir:
+                    compile_in_subprocess(folder, res["threads"], res["new_tokens"], cache_dir)
+                    res["compile_seconds_warm_cache"] = compile_in_subprocess(
+                        folder, res["threads"], res["new_tokens"], cache_dir)
             if "context_pairs" not in res:
                 # that run timed the long contexts apart from the short one: time them in turn now
                 ctx = sorted(int(n) for n in res["decode"])
@@ -473,6 +482,9 @@ def main(argv=None):
         res["long_prefill"][n] = summarize(times, n, base)["ours fast"]["tok_s"]
     if "ours compiled" in systems:
         res["compile_seconds"] = systems["ours compiled"].compile_seconds
+        # a second run finds what this one left in the compile cache
+        res["compile_seconds_warm_cache"] = compile_in_subprocess(
+            folder, args.threads, args.new_tokens, os.environ["TORCHINDUCTOR_CACHE_DIR"])
     res["prefill_shares"] = prefill_shares(systems["ours fast"].model, ids[:, :max(prompts)])
     res["bounds"] = bounds(cfg, res["limits"])
     res["load_avg"] = {"before": load0, "after": os.getloadavg()}
@@ -529,14 +541,14 @@ print(system.compile_seconds)
 """
 
 
-def compile_in_subprocess(folder, threads, new_tokens):
-    """Seconds of the first compiled decode call (as Compiled times it), in a fresh Python with an
-    empty compile cache."""
-    with tempfile.TemporaryDirectory(prefix="bench-inductor-") as cache_dir:
+def compile_in_subprocess(folder, threads, new_tokens, cache_dir=None):
+    """Seconds of the first compiled decode call (as Compiled times it), in a fresh Python with
+    torch's compile cache in cache_dir (what an earlier compile left there), or an empty one."""
+    with tempfile.TemporaryDirectory(prefix="bench-inductor-") as empty:
         out = subprocess.run([sys.executable, "-c", COMPILE_CODE, str(folder), str(threads),
                               str(new_tokens)], capture_output=True, text=True, cwd=ROOT, check=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT / "scripts"),
-                                  "TORCHINDUCTOR_CACHE_DIR": cache_dir})
+                                  "TORCHINDUCTOR_CACHE_DIR": str(cache_dir or empty)})
     return float(out.stdout.split()[-1])
 
 
