@@ -235,7 +235,8 @@ def conditional_blocks(lines, page):
 # the quotes, dashes and ellipsis Chinese text uses) joins the lines. Only paragraph text is joined: code (fenced or
 # indented), display math, HTML blocks, tables (a block whose second line is `|---|---|`), headings and hard breaks
 # keep their lines, and a line that starts a block (a list item, a heading, `!!!`, `|`, `{{ … }}`) starts with no
-# CJK character, so it is never merged. It runs before the macros are expanded: outputs and values are never joined.
+# CJK character, so it is never merged; the lines of one blockquote ("> ") join after their markers. It runs before
+# the macros are expanded: outputs and values are never joined.
 CJK = ("\u2014\u2018\u2019\u201c\u201d\u2026\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
        "\uf900-\ufaff\ufe10-\ufe1f\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f")
 CJK_END = re.compile(f"[{CJK}][*_]* ?$")             # one trailing space is still a soft break; two are a hard one
@@ -244,6 +245,7 @@ FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 BOX = re.compile(r"^(?:!!!|\?\?\?\+?|===)(?:\s|$)")            # admonition, details, tab: content indented by 4
 LIST = re.compile(r"^(?:[-*+]|\d+[.)])(?:\s|$)")               # a list item: its lines may also be lazy
 SETEXT = re.compile(r"^\s*(?:=+|-+)\s*$")
+QUOTE = re.compile(r"^\s*(?:>\s?)+")                           # a blockquote's markers: "> ", "> > "
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|?\s*$")  # |---|---|
 
 
@@ -294,6 +296,13 @@ def join_cjk_lines(lines):
         prev = out[-1] if out and not start else None
         start = False
         outside_box = containers and containers[-1][1] == "box" and indent < containers[-1][0]
+        quote, prev_quote = QUOTE.match(line), QUOTE.match(prev or "")
+        if (quote and prev_quote and quote.group().replace(" ", "") == prev_quote.group().replace(" ", "")
+                and not skip_block and CJK_END.search(prev) and CJK_START.match(line[quote.end():])
+                and ticks % 2 == 0 and prev.count("`") % 2 == 0):
+            out[-1] = prev.rstrip(" ") + line[quote.end():].lstrip()    # the next line of one quote
+            ticks += line.count("`")
+            continue
         if (prev is not None and not skip_block and not outside_box and CJK_END.search(prev)
                 and CJK_START.match(stripped) and ticks % 2 == 0 and prev.count("`") % 2 == 0  # not in a code span
                 and not prev.lstrip().startswith(("#", "<", "!!!", "???", "===", "|")) and not stripped.endswith("|")

@@ -168,6 +168,11 @@ t = "不合并"
 
 行尾两个空格是硬换行  
 不合并
+
+> 引用的第一行，
+> 接着说。
+> > 更深一层，
+> 不合并
 """
 
 
@@ -192,6 +197,7 @@ def test_zh_line_breaks_between_chinese_characters_are_joined():
     assert "## 标题\n正文" in out and "| 表格，\n| 不合并 |" in out        # headings, tables
     assert "    缩进的代码，\n    不合并" in out                           # indented code
     assert "硬换行  \n不合并" in out                                      # a hard break
+    assert "> 引用的第一行，接着说。\n> > 更深一层，\n> 不合并" in out      # a quote's lines, at one depth
     assert _zh_page(ZH_SAMPLE, "en").startswith(ZH_SAMPLE)               # the English edition is left as written
 
 
