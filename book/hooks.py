@@ -296,18 +296,16 @@ def join_cjk_lines(lines):
         prev = out[-1] if out and not start else None
         start = False
         outside_box = containers and containers[-1][1] == "box" and indent < containers[-1][0]
+        text = line.lstrip()                                     # what joins the line before
         quote, prev_quote = QUOTE.match(line), QUOTE.match(prev or "")
-        if (quote and prev_quote and quote.group().replace(" ", "") == prev_quote.group().replace(" ", "")
-                and not skip_block and CJK_END.search(prev) and CJK_START.match(line[quote.end():])
-                and ticks % 2 == 0 and prev.count("`") % 2 == 0):
-            out[-1] = prev.rstrip(" ") + line[quote.end():].lstrip()    # the next line of one quote
-            ticks += line.count("`")
-            continue
+        if quote and prev_quote and quote.group().replace(" ", "") == prev_quote.group().replace(" ", ""):
+            text = line[quote.end():].lstrip()                   # the next line of one quote: its text
+            stripped = text.strip()
         if (prev is not None and not skip_block and not outside_box and CJK_END.search(prev)
                 and CJK_START.match(stripped) and ticks % 2 == 0 and prev.count("`") % 2 == 0  # not in a code span
                 and not prev.lstrip().startswith(("#", "<", "!!!", "???", "===", "|")) and not stripped.endswith("|")
                 and not (n + 1 < len(lines) and SETEXT.match(lines[n + 1]))):
-            out[-1] = prev.rstrip(" ") + line.lstrip()
+            out[-1] = prev.rstrip(" ") + text
         else:
             out.append(line)
         ticks += line.count("`")

@@ -382,7 +382,7 @@ def main(argv=None):
                 res["attention_layers"] = cfg.layer_types.count("full_attention")
             if "prefill_shares" not in res:
                 n = max(int(k) for k in res["prefill"])
-                ids = torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+                ids = prompt_ids(cfg, n)
                 res["prefill_shares"] = prefill_shares(fast.from_pretrained(folder, torch.bfloat16), ids)
             if "compile_seconds" in res and res.get("compile_cache") != "empty":
                 # that run's compile found torch's on-disk cache filled by an earlier one: time a first compile
@@ -398,8 +398,7 @@ def main(argv=None):
             if "context_pairs" not in res:
                 # that run timed the long contexts apart from the short one: time them in turn now
                 ctx = sorted(int(n) for n in res["decode"])
-                ids = torch.randint(0, cfg.vocab_size, (1, ctx[-1]),
-                                    generator=torch.Generator().manual_seed(0))
+                ids = prompt_ids(cfg, ctx[-1])
                 res["context_pairs"] = context_pairs(fast.from_pretrained(folder, torch.bfloat16), ids,
                                                      ctx[0], ctx[1:], res["new_tokens"], PAIR_REPEATS)
             res["parts_measured_after"] = True
@@ -459,8 +458,7 @@ def main(argv=None):
         return {k: s for k, s in systems.items()
                 if not (k == "ours clear" and n > args.clear_max)
                 and not (k in ("ours compiled", "ours w8a8") and not decode)}
-    ids = torch.randint(0, cfg.vocab_size, (1, max(prompts + contexts + fast_contexts + long)),
-                        generator=torch.Generator().manual_seed(0))
+    ids = prompt_ids(cfg, max(prompts + contexts + fast_contexts + long))
     res["prefill"], res["decode"], res["long_prefill"] = {}, {}, {}
     for n in prompts:
         times = interleaved(at(n), prefill_run(ids[:, :n]), args.repeats)
@@ -496,6 +494,11 @@ def main(argv=None):
     if args.write:
         write_outputs(res, text, folder)
     return 0
+
+
+def prompt_ids(cfg, n):
+    """The benchmark's prompt: n token ids, the same in every run (their first k are any shorter one)."""
+    return torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
 
 
 def tiny_folder():
@@ -534,7 +537,7 @@ import sys, torch
 torch.set_num_threads(int(sys.argv[2]))
 import bench
 m = bench.fast.from_pretrained(sys.argv[1], torch.bfloat16)
-ids = torch.randint(0, m.cfg.vocab_size, (1, 128), generator=torch.Generator().manual_seed(0))
+ids = bench.prompt_ids(m.cfg, 128)
 system = bench.Compiled(m)
 system.decode(system.prefill(ids), int(sys.argv[3]))
 print(system.compile_seconds)
