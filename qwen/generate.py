@@ -3,6 +3,7 @@
 import torch
 
 from qwen.cache import Cache
+from qwen.checks import check_prompt, check_sampling
 
 STOP_IDS = (248046, 248044)     # <|im_end|> ends a chat turn, <|endoftext|> ends a document
 # --8<-- [end:imports]
@@ -57,15 +58,24 @@ def sample(logits, temperature=0.0, top_k=0, top_p=1.0, generator=None):
 def generate(model, ids, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, presence_penalty=0.0,
              repetition_penalty=1.0, stop_ids=STOP_IDS, seed=None):
     """Yield up to max_new_tokens new token ids after the prompt `ids`;
-    a stop id ends it and is not yielded."""
+    a stop id ends it and is not yielded. A bad argument is a ValueError that names it."""
+    # bad arguments are refused here, before the prefill, in the same words for every model
+    check_sampling(max_new_tokens, temperature, top_k, top_p, presence_penalty,
+                   repetition_penalty, seed)
+    ids = check_prompt(ids, model.cfg)
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     device = model.embed_tokens.weight.device
     cache = Cache(model.cfg)
     seen, generated = list(ids), []
     x = torch.tensor([seen], device=device)         # [1, T]: the whole prompt in one call (prefill)
-    for _ in range(max_new_tokens):
+    # the answer stops where the model's positions end
+    for _ in range(min(max_new_tokens, model.cfg.max_position_embeddings - len(ids))):
         # next token's scores; the cache now holds x
         logits = model(x, cache=cache, last_only=True)[0, -1]
+        if not torch.isfinite(logits).all():        # one cheap test per token, on every path
+            raise ValueError(f"the model's scores for new token {len(generated) + 1} are NaN or "
+                             "inf: its weights are damaged (qwen.weights.load_weights checks each "
+                             "tensor) or overflow its dtype (try torch.float32)")
         logits = penalize(logits, seen, generated, repetition_penalty, presence_penalty)
         token = sample(logits, temperature, top_k, top_p, generator)
         if token in stop_ids:
