@@ -2,10 +2,14 @@
 # --8<-- [start:imports]
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
+
+from qwen.checks import real, whole
 
 REPO_ID = "Qwen/Qwen3.5-0.8B"
 # --8<-- [end:imports]
@@ -79,7 +83,9 @@ class Config:
                                    for i in range(text.get("num_hidden_layers", 32))]
         names = set(cls.__dataclass_fields__) - {"extra"}
         known = {k: v for k, v in text.items() if k in names}
-        return cls(**known, extra={k: v for k, v in text.items() if k not in names})
+        cfg = cls(**known, extra={k: v for k, v in text.items() if k not in names})
+        check_config(file, cfg)
+        return cfg
 
 
 def check_supported(file, raw):
@@ -99,6 +105,45 @@ def check_supported(file, raw):
                               ("hidden_act", text.get("hidden_act", "silu"), "silu")):
         if value != ours:
             raise CheckpointError(f"{file}: {name} {value!r} is not supported (only {ours!r})")
+
+
+SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+         "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
+         "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+         "linear_conv_kernel_dim", "max_position_embeddings")
+LAYER_TYPES = ("linear_attention", "full_attention")
+
+
+def check_config(file, cfg):
+    """Refuse values no model can have: each would fail far from its cause, or give NaN."""
+    problems = [f"{n} is {getattr(cfg, n)!r}, not a whole number >= 1" for n in SIZES
+                if not (whole(getattr(cfg, n)) and getattr(cfg, n) >= 1)]
+    problems += [f"{n} is {getattr(cfg, n)!r}, not a number > 0"       # eps < 0: sqrt of < 0
+                 for n in ("rms_norm_eps", "rope_theta")
+                 if not (real(getattr(cfg, n)) and getattr(cfg, n) > 0)]
+    factor = cfg.partial_rotary_factor
+    if not (real(factor) and 0 < factor <= 1):
+        problems.append(f"partial_rotary_factor is {factor!r}, not a number in (0, 1]")
+    if not isinstance(cfg.tie_word_embeddings, bool):
+        problems.append(f"tie_word_embeddings is {cfg.tie_word_embeddings!r}, not true or false")
+    types = cfg.layer_types
+    if not (isinstance(types, list) and all(t in LAYER_TYPES for t in types)):
+        problems.append(f"layer_types must list {' or '.join(LAYER_TYPES)} per layer")
+    if not problems:                      # the sizes are whole numbers: now how they fit together
+        if len(types) != cfg.num_hidden_layers:
+            problems.append(f"layer_types has {len(types)} entries for "
+                            f"num_hidden_layers {cfg.num_hidden_layers}")
+        for many, few in (("num_attention_heads", "num_key_value_heads"),   # heads share k, v
+                          ("linear_num_value_heads", "linear_num_key_heads")):
+            if getattr(cfg, many) % getattr(cfg, few):
+                problems.append(f"{many} {getattr(cfg, many)} is not a multiple of "
+                                f"{few} {getattr(cfg, few)}")
+        if int(cfg.head_dim * factor) % 2:                   # RoPE turns pairs of dims
+            problems.append(f"head_dim * partial_rotary_factor = {cfg.head_dim * factor:g} "
+                            "rotated dims, not an even number")
+    if problems:
+        raise CheckpointError(f"{file}: " + "; ".join(problems)
+                              + ": the config is damaged or edited; download it again")
 
 
 # --8<-- [end:config]
@@ -143,8 +188,7 @@ def find_model(repo_id=REPO_ID):
         return folder.resolve()
     candidates = [
         Path("models") / name,                                      # 2. ./models/Qwen3.5-0.8B
-        *sorted((hf_hub.expanduser() / f"models--{repo_id.replace('/', '--')}"
-                 / "snapshots").glob("*")),                         # 3. HF
+        *hf_snapshots(hf_hub.expanduser() / f"models--{repo_id.replace('/', '--')}"),  # 3. HF
         ms_hub.expanduser() / "models" / repo_id,                   # 4. ModelScope, both spellings
         ms_hub.expanduser() / repo_id.replace(".", "___"),
     ]
@@ -152,11 +196,40 @@ def find_model(repo_id=REPO_ID):
         if (c / "config.json").is_file():
             return c.expanduser().resolve()
     raise ModelNotFound(f"No {repo_id} checkpoint found.\n" + _howto(repo_id))
+
+
+def hf_snapshots(repo):
+    """The Hugging Face cache's snapshot of the revision refs/main names (the latest download);
+    without refs/main, every snapshot, newest first."""
+    main = repo / "refs" / "main"
+    if main.is_file():
+        snapshot = repo / "snapshots" / main.read_text().strip()
+        if not (snapshot / "config.json").is_file():
+            raise ModelNotFound(f"{main} names revision {snapshot.name}, but {snapshot} has no "
+                                f"config.json: that download did not finish; run it again "
+                                f"(hf download {REPO_ID}), or delete {repo} to search on")
+        return [snapshot]
+    return sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime, reverse=True)
 # --8<-- [end:find_model]
 
 
 class ModelNotFound(FileNotFoundError):
-    pass
+    """No checkpoint where find_model looked; the message says how to get one."""
+
+
+def plain_errors(hook):
+    """sys.excepthook for scripts: a ModelNotFound or CheckpointError that nothing caught prints
+    as its message alone (it names the problem and the fix), other errors as usual. Exit code 1."""
+    def excepthook(kind, error, traceback):
+        if issubclass(kind, (ModelNotFound, CheckpointError)):
+            print(f"error: {error}", file=sys.stderr)
+        else:
+            hook(kind, error, traceback)
+    return excepthook
+
+
+# a chapter script run without weights ends in the message, not in a traceback
+sys.excepthook = plain_errors(sys.excepthook)
 
 
 def _howto(repo_id):
@@ -184,6 +257,9 @@ PREFIXES = ("model.language_model.", "model.")
 
 def load_weights(path, dtype=None):
     """Every text-model tensor of a checkpoint folder, by name without `model.language_model.`."""
+    if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype={dtype!r}: use None (as stored), torch.float32, torch.bfloat16 "
+                         "or torch.float16")
     W = {}
     for file in weight_files(path):
         # memory-mapped: a skipped tensor is never read
@@ -192,13 +268,22 @@ def load_weights(path, dtype=None):
                 if name.startswith(SKIP):
                     continue
                 short = next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)
-                W[short] = f.get_tensor(name) if dtype is None else f.get_tensor(name).to(dtype)
+                t = f.get_tensor(name)
+                # NaN or inf in a weight spreads to every score; the test costs ~2% of a load
+                if not torch.isfinite(t).all():
+                    raise CheckpointError(f"{file}: tensor {name} holds NaN or inf values: "
+                                          "the file is damaged; download it again")
+                W[short] = t if dtype is None else t.to(dtype)
     return settle_head(W, path)
 
 
+DTYPES = ("BF16", "F16", "F32")          # what the official files hold, and what we compute in
+
+
 def weight_files(path):
-    """The checkpoint's *.safetensors files, each one whole. A config we cannot run is refused
-    before any file is opened; a broken index or a damaged file is one line that names it."""
+    """The checkpoint's *.safetensors files, each one whole, holding what the index promises.
+    A config we cannot run is refused before any file is opened; a broken index, a damaged file,
+    a tensor in two files or of a dtype we do not read is one line that names it."""
     path = Path(path)
     Config.load(path)
     index = path / "model.safetensors.index.json"
@@ -207,21 +292,60 @@ def weight_files(path):
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise CheckpointError(f"{index} has no weight_map: download it again")
+        if not all(isinstance(f, str) for f in weight_map.values()):
+            raise CheckpointError(f"{index}: its weight_map must map names to file names: "
+                                  "download it again")
         files = sorted(set(weight_map.values()))
     else:
-        files = sorted(p.name for p in path.glob("*.safetensors"))
+        weight_map, files = None, sorted(p.name for p in path.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"No *.safetensors files in {path}. "
                               + _howto(REPO_ID).splitlines()[1])
+    where = {}                                                       # tensor name -> its file
     for file in files:
+        if Path(file).is_absolute() or ".." in Path(file).parts:     # would read another folder
+            raise CheckpointError(f"{index} names {file}, which is outside {path}: an index names "
+                                  "files in its own folder; download it again")
         if not (path / file).is_file():
             raise CheckpointError(f"{index.name} names {file}, which is not in {path}: "
                                   "the download is incomplete; download it again")
-        try:
-            safe_open(path / file, framework="pt")  # reads the header, checks it covers the file
-        except SafetensorError as e:                # empty, cut short, or not safetensors at all
-            raise CheckpointError(_damaged(path / file, e)) from None
+        for name, dtype in tensor_dtypes(path / file).items():
+            if name in where:
+                raise CheckpointError(f"{name} is in both {where[name]} and {file} in {path}: "
+                                      "a file left from another download? remove it, or "
+                                      "download the checkpoint again into an empty folder")
+            if dtype not in DTYPES:
+                raise CheckpointError(f"{path / file}: tensor {name} is {dtype}; this code reads "
+                                      f"{', '.join(DTYPES)} only: use the original {REPO_ID} "
+                                      "weights, not a quantized or converted copy")
+            where[name] = file
+    if weight_map:
+        check_index(index, weight_map, where)
     return [path / file for file in files]
+
+
+def tensor_dtypes(file):
+    """{name: dtype} from a safetensors file's header; a file safetensors cannot read is named."""
+    try:
+        # safe_open reads the header only, and checks that it covers the file
+        with safe_open(file, framework="pt") as f:
+            return {name: f.get_slice(name).get_dtype() for name in f.keys()}
+    except SafetensorError as e:                     # empty, cut short, or not safetensors at all
+        raise CheckpointError(_damaged(file, e)) from None
+
+
+def check_index(index, weight_map, where):
+    """Every name the index lists is in the file it names, and no file holds a name it omits."""
+    for name, file in weight_map.items():
+        if where.get(name) != file:
+            found = f"it is in {where[name]}" if name in where else "no file holds it"
+            raise CheckpointError(f"{index} puts {name} in {file}, but {found}: the index and "
+                                  "the files come from different downloads; download again")
+    extra = sorted(set(where) - set(weight_map))
+    if extra:
+        raise CheckpointError(f"{where[extra[0]]} holds {extra[0]}, which {index} does not list: "
+                              "the index and the files come from different downloads; "
+                              "download again")
 
 
 def settle_head(W, path):
