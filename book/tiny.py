@@ -117,10 +117,15 @@ def _key():
     return h.hexdigest()[:16]
 
 
+MANIFEST = "MANIFEST.sha256"      # each file's sha256, written at build; the folder must match it
+
+
 def path():
-    """The tiny model's folder, built first if it is missing. A folder is named by its recipe's key and never
-    replaced: concurrent callers either find it complete or build their own copy and keep the first one renamed
-    into place, so no caller is ever handed a folder that is being written or removed.
+    """The tiny model's folder, built first if it is missing, and rebuilt if its files no longer
+    match the sha256 recorded when it was built (a damaged or edited cache is never handed out).
+    A folder is named by its recipe's key: concurrent callers either find it complete or build
+    their own copy and keep the first one renamed into place, so no caller is ever handed a folder
+    that is being written.
 
     $BOOK_TINY_DIR sets where the folders live (default .cache/ in the repository).
     """
@@ -128,11 +133,17 @@ def path():
     key = _key()
     folder = base / f"tiny-qwen3.5-{key}"
     if (folder / "BUILD_KEY").is_file():
-        return folder
+        problem = damage(folder)
+        if not problem:
+            return folder
+        print(f"the cached tiny model in {folder} is damaged ({problem}): rebuilding it",
+              file=sys.stderr)
+        _remove(folder, base)
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=base, prefix=".tiny-"))
     try:
         build(tmp)
+        (tmp / MANIFEST).write_text("".join(f"{_sha256(f)}  {f.name}\n" for f in sorted(tmp.iterdir())))
         (tmp / "BUILD_KEY").write_text(key)          # written last: a folder with it is complete
         try:
             tmp.rename(folder)                       # atomic; fails if another build got there first
@@ -144,11 +155,67 @@ def path():
     return folder
 
 
+def recorded(folder):
+    """{file name: sha256} as recorded when `folder` was built ({} if there is no record)."""
+    try:
+        lines = (Path(folder) / MANIFEST).read_text().splitlines()
+    except OSError:
+        return {}
+    return {name: sha for sha, name in (line.split("  ", 1) for line in lines if "  " in line)}
+
+
+def damage(folder):
+    """What differs between `folder` and its build record, or None when every file matches."""
+    files = recorded(folder)
+    if not files:
+        return f"no {MANIFEST}"
+    present = {f.name for f in Path(folder).iterdir()} - {MANIFEST, "BUILD_KEY"}
+    if present != set(files):
+        return f"files {sorted(present ^ set(files))} added or missing"
+    for name, sha in files.items():
+        if _sha256(Path(folder) / name) != sha:
+            return f"{name} differs from the one built"
+    return None
+
+
+def _remove(folder, base):
+    """Move `folder` aside (atomic: another process sees it whole or gone), then delete it."""
+    aside = Path(tempfile.mkdtemp(dir=base, prefix=".tiny-damaged-")) / "old"
+    try:
+        folder.rename(aside)
+    except OSError:                                  # another process moved it first
+        pass
+    shutil.rmtree(aside.parent, ignore_errors=True)
+
+
+def _sha256(file):
+    h = hashlib.sha256()
+    with open(file, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def is_tiny(folder):
-    """True when `folder` holds the tiny test model (its config.json says so)."""
-    return json.loads((Path(folder) / "config.json").read_text()).get("book_tiny_test_model", False)
+    """True when `folder` holds the tiny test model: its weights and config.json are byte for byte
+    the ones this recipe builds (the config's book_tiny_test_model flag proves nothing: it is a
+    line of text). Files of another size are told apart without reading them."""
+    folder, built = Path(folder), path()
+    ours = {n: sha for n, sha in recorded(built).items()
+            if n.endswith(".safetensors") or n == "config.json"}
+    weights = {f.name for f in folder.glob("*.safetensors")}
+    if weights != {name for name in ours if name.endswith(".safetensors")}:
+        return False
+    files = [(folder / name, sha) for name, sha in ours.items()]
+    if not all(f.is_file() and f.stat().st_size == (built / f.name).stat().st_size
+               for f, _ in files):
+        return False
+    return all(_sha256(f) == sha for f, sha in files)
 
 
 if __name__ == "__main__":
-    print(path())
-    sys.exit(0)
+    try:
+        print(path())
+    except OSError as e:                             # a read-only or full disk, a bad BOOK_TINY_DIR
+        sys.exit(f"error: cannot build the tiny model ({e}): "
+                 "set BOOK_TINY_DIR to a writable folder with 60 MB free")
