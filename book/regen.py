@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,7 @@ def run_script(name, model, timeout=TIMEOUT):
     """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or raise RuntimeError."""
     import torch
 
-    scratch = Path(tempfile.mkdtemp(prefix=f"regen-{name}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{name}-{os.getpid()}-"))
     env = {**os.environ, "BOOK_OUT": str(scratch), "QWEN_MODEL": str(model.folder), "MPLBACKEND": "Agg",
            "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "PYTHONHASHSEED": "0",
            "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -104,8 +105,7 @@ def run_script(name, model, timeout=TIMEOUT):
     try:
         start = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True,
-                                  timeout=timeout)
+            proc = run_group([sys.executable, str(script)], timeout, cwd=ROOT, env=env)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"{script.name} ran longer than {timeout:g} s and was stopped "
                                f"(a loop that never ends? or allow more with --timeout)") from None
@@ -139,6 +139,59 @@ def run_script(name, model, timeout=TIMEOUT):
         return files, provenance
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+SCRATCH = "regen-"         # scratch folders: regen-<script>-<pid of the regen>-<random>
+
+
+def run_group(cmd, timeout, **popen):
+    """subprocess.run(cmd, capture_output=True, timeout=timeout), but the command runs in a process
+    group of its own, which is killed whole when it ends, times out, or regen is stopped
+    (Ctrl-C, an error): nothing it started outlives it. If regen itself is killed (SIGKILL),
+    Linux kills the command too (PR_SET_PDEATHSIG). The output goes to files, not pipes: a child
+    left holding a pipe open would keep regen waiting after the script has ended."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=_die_with_parent, **popen)
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)       # the group: its children too
+            except (ProcessLookupError, PermissionError):  # already gone
+                pass
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+
+
+def _die_with_parent():
+    """In the child, before the script starts: ask Linux for SIGKILL when regen dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):                  # not Linux: the group kill above remains
+        pass
+
+
+def sweep_scratch():
+    """Remove the scratch folders of regen runs that were killed before they could clean up."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*-*"):
+        pid = folder.name.split("-")[2]
+        if pid.isdigit() and folder.is_dir() and folder.stat().st_uid == os.getuid() \
+                and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                            # someone else's: alive
+        pass
+    return True
 
 
 def provenance_bytes(p):
@@ -232,6 +285,7 @@ def main(argv=None):
     if not args.check:
         finish_interrupted(docs, names)
 
+    sweep_scratch()
     model = choose_model()
     print(f"model: {model.label} ({model.folder}), weights sha256 {model.sha256[:12]}…")
     try:

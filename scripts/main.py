@@ -5,8 +5,9 @@
     python scripts/main.py --tiny          # the tiny random test model: every code path, no meaning
 """
 import argparse
-import json
+import errno
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,11 +15,12 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from qwen import fast
 from qwen.chat import Chat
 from qwen.generate import TextStream, generate
-from qwen.model import from_pretrained
 from qwen.weights import CheckpointError, ModelNotFound, find_model
 
+LONG_PROMPT = 8192       # tokens: past this, say that the prefill may take a while
 HELP = ("/think toggles thinking, /reset forgets the conversation, Ctrl-C stops an answer, "
         "Ctrl-D quits")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -57,9 +59,10 @@ def parse_args(argv):
                    help="use the book's tiny random test model (text is noise)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
-    p.add_argument("--quantize", choices=["int8", "w8a8"],
+    p.add_argument("--quantize", choices=["int8", "w8a8", "int4"],
                    help="int8: int8 weights, half the bytes of bf16 to read per token; w8a8: int8 weights "
-                        "and int8 activations when decoding, faster still (chapter 16)")
+                        "and int8 activations when decoding; int4: 4-bit weights in groups of 32 "
+                        "(chapter 16)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")
@@ -79,7 +82,8 @@ def parse_args(argv):
         float, lambda x: math.isfinite(x) and x >= 0, "a finite number >= 0 (0 turns it off)"))
     g.add_argument("--repetition-penalty", default=1.0, help="1 turns it off", type=number(
         float, lambda x: math.isfinite(x) and x > 0, "a finite number > 0 (1 turns it off)"))
-    g.add_argument("--seed", type=int, help="make sampling reproducible")
+    g.add_argument("--seed", help="make sampling reproducible", type=number(
+        int, lambda s: 0 <= s < 2**64, "a whole number from 0 to 2**64 - 1"))
     return p.parse_args(argv)
 
 
@@ -122,17 +126,19 @@ def load_model(args):
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
     try:
-        # the fast path (chapters 14-16) on the CPU, the clear modules elsewhere
-        model = from_pretrained(folder, DTYPES[args.dtype], args.device,
-                                fast=args.device == "cpu", quantize=args.quantize)
+        # the model made fast (chapters 14-16), on any device; w8a8 and int4 use CPU kernels
+        if args.quantize in ("w8a8", "int4") and args.device != "cpu":
+            raise Abort(f"--quantize {args.quantize} runs on CPU kernels: use --device cpu, "
+                        "or --quantize int8")
+        model = fast.from_pretrained(folder, DTYPES[args.dtype], args.device, quantize=args.quantize)
     except (CheckpointError, FileNotFoundError, ValueError) as e:    # each names the file
         raise Abort(str(e))
     try:
         tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as e:                                 # the tokenizers library raises Exception
         raise Abort(f"{folder / 'tokenizer.json'} cannot be read ({e}): download it again")
-    tiny = json.loads((folder / "config.json").read_text()).get("book_tiny_test_model", False)
-    return model, tok, folder, tiny
+    from book.tiny import is_tiny                          # by its files' sha256
+    return model, tok, folder, args.tiny or is_tiny(folder)
 
 
 # --8<-- [start:reply]
@@ -142,6 +148,9 @@ def reply(model, tok, ids, args, context):
     if len(ids) >= context:
         raise Abort(f"the prompt is {len(ids)} tokens; the context holds {context} (--context, "
                     f"max_position_embeddings), and the answer needs room too.")
+    if len(ids) > LONG_PROMPT:
+        print(f"(reading a prompt of {len(ids)} tokens: on a CPU this can take minutes; "
+              "Ctrl-C stops it)", file=sys.stderr, flush=True)
     tokens = generate(model, ids, min(args.max_new_tokens, context - len(ids)),
                       args.temperature, args.top_k, args.top_p, args.presence_penalty,
                       args.repetition_penalty, seed=args.seed)
@@ -156,6 +165,10 @@ def reply(model, tok, ids, args, context):
             piece = stream.push(token)
             print(piece, end="", flush=True)
             text += piece
+    except (ValueError, MemoryError, torch.OutOfMemoryError) as e:   # NaN scores, no memory
+        tokens.close()
+        raise Abort(f"{e or 'out of memory'} (after {n} tokens of the answer; "
+                    f"the prompt was {len(ids)} tokens)") from None
     except KeyboardInterrupt:
         tokens.close()
         stopped = True
@@ -226,6 +239,47 @@ def chat_loop(model, tok, args, context):
 
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        return run(args)
+    except BrokenPipeError:          # `| head` has read all it wants: stop quietly, as cat does
+        silence(sys.stdout, sys.stderr)
+        return 141                   # 128 + SIGPIPE, the status cat would end with
+    except OSError as e:
+        silence(sys.stdout)          # its buffer would fail again at exit
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):      # e.g. > /dev/full
+            print(f"error: cannot write the answer to stdout ({e.strerror}): "
+                  "free some space or write it elsewhere", file=sys.stderr)
+        else:                        # a terminal that went away, a failing disk
+            print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def silence(*streams):
+    """Point the streams at /dev/null: Python's last flush at exit must not fail again."""
+    for stream in streams:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+
+
+def console():
+    """Text the console's encoding cannot show prints as '?' (said once), not as a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "你好🙂".encode(stream.encoding)
+        except (UnicodeEncodeError, LookupError):
+            stream.reconfigure(errors="replace")
+            print(f"({stream.name}'s encoding is {stream.encoding}: characters it cannot show "
+                  "print as '?'; set PYTHONIOENCODING=utf-8 or a UTF-8 locale to see them)",
+                  file=sys.stderr)
+        except AttributeError:       # replaced by something that is not a text file
+            pass
+
+
+def run(args):
+    console()
+    if sys.stdin is None and args.prompt in (None, "-"):      # started with stdin closed (<&-)
+        print("error: stdin is closed, so there is nothing to read the conversation from: "
+              "ask with --prompt \"your question\"", file=sys.stderr)
+        return 1
     if hasattr(sys.stdin, "reconfigure"):
         sys.stdin.reconfigure(errors="surrogateescape")   # a bad byte is reported, not fatal
     try:
