@@ -27,26 +27,38 @@ class Attention(nn.Module):
     # --8<-- [start:forward]
     def forward(self, x, cos, sin, cache=None):
         B, T, _ = x.shape
-        nh, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
-        # per head: [query | gate], hd each
-        q, gate = self.q_proj(x).view(B, T, nh, 2 * hd).chunk(2, dim=-1)
-        gate = gate.reshape(B, T, nh * hd)
+        q, gate, k, v = self.project(x)
         q = self.q_norm(q).transpose(1, 2)                                  # [B, nh, T, hd]
-        k = self.k_norm(self.k_proj(x).view(B, T, nkv, hd)).transpose(1, 2)  # [B, nkv, T, hd]
-        v = self.v_proj(x).view(B, T, nkv, hd).transpose(1, 2)              # [B, nkv, T, hd]
+        k = self.k_norm(k).transpose(1, 2)                                  # [B, nkv, T, hd]
+        v = v.transpose(1, 2)                                               # [B, nkv, T, hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v)                                       # [B, nkv, S, hd]
-        # GQA: q head j reads kv head j // (nh/nkv)
-        k = k.repeat_interleave(nh // nkv, dim=1)
-        v = v.repeat_interleave(nh // nkv, dim=1)                           # [B, nh, S, hd]
-        S = k.shape[2]                                                      # S = past + T
-        att = (q @ k.transpose(-2, -1)) * hd**-0.5                          # [B, nh, T, S]
-        # query i sits at position S - T + i
-        causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-        att = att.masked_fill(~causal, float("-inf"))
-        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(B, T, nh * hd)                # [B, T, nh * hd]
+        y = self.attend(q, k, v).transpose(1, 2).reshape(B, T, -1)          # [B, T, nh * hd]
         # the gate can shut a channel to zero
         return self.o_proj(y * torch.sigmoid(gate))
+
+    def project(self, x):
+        """The query [B, T, nh, hd], its gate [B, T, nh * hd], keys and values [B, T, nkv, hd]."""
+        B, T, _ = x.shape
+        nh, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
+        # per head: [query | gate], hd each
+        q, gate = self.q_proj(x).view(B, T, nh, 2 * hd).chunk(2, dim=-1)
+        k = self.k_proj(x).view(B, T, nkv, hd)
+        v = self.v_proj(x).view(B, T, nkv, hd)
+        return q, gate.reshape(B, T, nh * hd), k, v
+
+    def attend(self, q, k, v):
+        """softmax(q k^T / sqrt(hd)) v, causal: q [B, nh, T, hd], k and v [B, nkv, S, hd]."""
+        nh, T, hd = q.shape[1:]
+        S = k.shape[2]                                                      # S = past + T
+        # GQA: q head j reads kv head j // (nh/nkv)
+        k = k.repeat_interleave(nh // k.shape[1], dim=1)
+        v = v.repeat_interleave(nh // v.shape[1], dim=1)                    # [B, nh, S, hd]
+        att = (q @ k.transpose(-2, -1)) * hd**-0.5                          # [B, nh, T, S]
+        # query i sits at position S - T + i
+        causal = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+        att = att.masked_fill(~causal, float("-inf"))
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        return att @ v                                                      # [B, nh, T, hd]
     # --8<-- [end:forward]

@@ -94,12 +94,13 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x, cache=None):
         B, T, _ = x.shape
-        qkv = self.in_proj_qkv(x).transpose(1, 2)                   # [B, conv_dim, T]
+        qkv, z, b, a = self.project(x)
+        qkv = qkv.transpose(1, 2)                                   # [B, conv_dim, T]
         past = (qkv.new_zeros(B, self.conv_dim, self.conv_kernel - 1) if cache is None
                 else cache.conv.to(qkv))
         qkv = torch.cat([past, qkv], dim=-1)                        # [B, conv_dim, K - 1 + T]
         if cache is not None:
-            # the last K - 1 inputs
+            # the last K - 1 inputs, copied: a slice would keep the whole window alive
             cache.conv = qkv[..., qkv.shape[-1] - (self.conv_kernel - 1):].clone()
         qkv = F.silu(self.conv1d(qkv)).transpose(1, 2)              # causal conv: [B, T, conv_dim]
         q, k, v = qkv.split([self.n_k_head * self.k_dim] * 2 + [self.n_v_head * self.v_dim], dim=-1)
@@ -110,20 +111,27 @@ class GatedDeltaNet(nn.Module):
         # a key head serves n_v / n_k value heads
         q = q.repeat_interleave(self.n_v_head // self.n_k_head, dim=2)
         k = k.repeat_interleave(self.n_v_head // self.n_k_head, dim=2)
-        beta = self.in_proj_b(x).sigmoid().float()                  # [B, T, n_v]  in (0, 1)
-        # log decay <= 0
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        beta = b.sigmoid().float()                                  # [B, T, n_v]  in (0, 1)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)   # log decay <= 0
 
         # heads first: [B, H, T, ...]
         q, k, v, g, beta = (t.transpose(1, 2) for t in (q, k, v, g, beta))
         state = None if cache is None else cache.state.to(v)
-        rule = (recurrent_gated_delta_rule if cache is not None and T == 1
-                else chunk_gated_delta_rule)
-        o, state = rule(q, k, v, g, beta, state)
+        o, state = self.delta_rule(q, k, v, g, beta, state)
         if cache is not None:
             cache.state = state
         o = o.transpose(1, 2).to(x.dtype)                           # [B, T, n_v, dv]
-        z = self.in_proj_z(x).view(B, T, self.n_v_head, self.v_dim)
-        o = self.norm(o, z).reshape(B, T, -1)                       # [B, T, value_dim]
-        return self.out_proj(o)
+        o = self.norm(o, z.view(B, T, self.n_v_head, self.v_dim)).reshape(B, T, -1)
+        return self.out_proj(o)                                     # [B, T, hidden]
+
+    def project(self, x):
+        """What the layer reads from x: q|k|v channels, the output gate z, write strength b and
+        decay input a, [B, T, ...] each."""
+        return self.in_proj_qkv(x), self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+
+    def delta_rule(self, q, k, v, g, beta, state):
+        """The recurrent form for one token after a cache, the chunked form for a prompt."""
+        one_step = state is not None and q.shape[2] == 1
+        rule = recurrent_gated_delta_rule if one_step else chunk_gated_delta_rule
+        return rule(q, k, v, g, beta, state)
 # --8<-- [end:layer]

@@ -1,299 +1,45 @@
-"""The fast path: the model of qwen/model.py, built straight from the checkpoint's tensors and
-computed in fewer, larger steps. tests/test_fast.py proves that it computes the same thing."""
+"""Stage 3: the model of qwen/model.py made fast in named steps. Each step changes the reader's own
+modules in place: a load that maps the file, a subclass that overrides one method, a module swap.
+Nothing is restated; tests/test_fast.py proves that each step computes what the clear model does."""
 # --8<-- [start:imports]
+import functools
 import json
 import os
+import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from qwen.cache import KVCache
-from qwen.deltanet import chunk_gated_delta_rule, l2norm
-from qwen.quant import ROWS, Int8Linear, W8A8Linear
+from qwen.attention import Attention
+from qwen.cache import Cache, KVCache
+from qwen.deltanet import GatedDeltaNet
+from qwen.embedding import Embedding, LMHead
+from qwen.mlp import MLP
+from qwen.model import Qwen
+from qwen.norm import RMSNorm, RMSNormGated
+from qwen.quant import QUANTIZED
 from qwen.rope import RotaryEmbedding
-from qwen.weights import PREFIXES, SKIP, Config, settle_head, weight_files
+from qwen.weights import PREFIXES, SKIP, CheckpointError, Config, load, settle_head, weight_files
 
+ROWS = 16          # a matmul with more rows than this is compute-bound (a prompt), else a decode step
 # --8<-- [end:imports]
 
 
-# --8<-- [start:linear]
-class Linear(nn.Module):
-    """x @ w.T for fp32 activations x; w is kept as loaded (a mapped bf16 weight is not copied)."""
-
-    def __init__(self, w):
-        super().__init__()
-        self.register_buffer("w", w)
-
-    def forward(self, x):
-        if x.shape[:-1].numel() > ROWS:
-            # many rows (prefill): compute-bound, and fp32 matmuls are far faster than bf16 on CPUs
-            # without bf16 instructions, so widen the weight first; the widening is cheap next to it
-            return F.linear(x, self.w.float())
-        # few rows (decode): bandwidth-bound, read the weight's 2 bytes as they are
-        return F.linear(x.to(self.w.dtype), self.w).float()
+# --8<-- [start:swap]
+def swap(module, cls):
+    """Make `module` an instance of `cls`, a subclass of its class that overrides a method or two,
+    keeping every tensor it holds and every step applied before (their classes stay its bases)."""
+    have = type(module)
+    if not isinstance(module, cls):
+        module.__class__ = cls if issubclass(cls, have) else _both(cls, have)
+    return module
 
 
-def linear(w, dtype, quantize=None):
-    """The projection for weight w [out, in]: in dtype, or int8 with quantize="int8" (int8 weights)
-    or "w8a8" (int8 weights, and int8 activations when decoding)."""
-    if quantize == "int8":
-        return Int8Linear(w)
-    return W8A8Linear(w) if quantize == "w8a8" else Linear(w.to(dtype))
-
-
-def fuse(W, names):
-    """(one weight [sum of outs, in], the names in its row order) for projections of one input.
-    A view, no copy, when the file stores them back to back (it sorts by name); else a copy."""
-    ts = sorted(((W[n], n) for n in names), key=lambda tn: tn[0].data_ptr())
-    order = [n for _, n in ts]
-    first, rows = ts[0][0], sum(t.shape[0] for t, _ in ts)
-    adjacent = all(a.data_ptr() + a.nbytes == b.data_ptr() and a.dtype == b.dtype
-                   and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-                   for (a, _), (b, _) in zip(ts, ts[1:]))
-    if adjacent:
-        w = first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
-                                    (rows, first.shape[1]))
-    else:
-        w = torch.cat([t for t, _ in ts])
-    return w, order
-
-
-class Fused(nn.Module):
-    """Several projections of one input as one matmul; {short name: output}."""
-
-    def __init__(self, W, names, dtype, quantize):
-        super().__init__()
-        w, order = fuse(W, list(names.values()))
-        short = {full: s for s, full in names.items()}
-        self.keys, self.sizes = [short[n] for n in order], [W[n].shape[0] for n in order]
-        self.proj = linear(w, dtype, quantize)
-
-    def forward(self, x):
-        return dict(zip(self.keys, self.proj(x).split(self.sizes, dim=-1)))
-# --8<-- [end:linear]
-
-
-# --8<-- [start:kvbuffer]
-class KVBuffer(KVCache):
-    """A KV cache that writes into room set aside ahead, doubled when full: no copy per token."""
-
-    def __init__(self, cache):
-        self.n, self.kbuf, self.vbuf = cache.k.shape[2], cache.k, cache.v
-
-    def update(self, k, v):
-        n = self.n + k.shape[2]
-        if n > self.kbuf.shape[2]:                          # out of room: twice as much
-            room = max(2 * self.kbuf.shape[2], n, 256)
-            self.kbuf, self.vbuf = (grow(b, self.n, room, k) for b in (self.kbuf, self.vbuf))
-        self.kbuf[:, :, self.n:n], self.vbuf[:, :, self.n:n] = k, v
-        self.n = n
-        return self.k, self.v
-
-    k = property(lambda self: self.kbuf[:, :, :self.n])    # [B, nkv, tokens, hd]
-    v = property(lambda self: self.vbuf[:, :, :self.n])
-
-
-def grow(buf, n, room, like):
-    """A buffer like `like` with `room` tokens, holding the first n of `buf`."""
-    new = like.new_empty(*like.shape[:2], room, like.shape[3])
-    new[:, :, :n] = buf[:, :, :n]
-    return new
-# --8<-- [end:kvbuffer]
-
-
-def rms_norm(x, w, eps):
-    """x / rms(x) * w in one call (w already holds the 1 + of the zero-centred norm)."""
-    return F.rms_norm(x, (x.shape[-1],), w, eps)
-
-
-# --8<-- [start:attention]
-class Attention(nn.Module):
-    """Gated attention with q, k and v in one matmul and torch's fused softmax attention."""
-
-    def __init__(self, cfg, W, p, dtype, quantize):
-        super().__init__()
-        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.eps = cfg.rms_norm_eps
-        self.qkv = Fused(W, {n: f"{p}{n}_proj.weight" for n in "qkv"}, dtype, quantize)
-        self.o_proj = linear(W[p + "o_proj.weight"], dtype, quantize)
-        self.q_norm = 1 + W[p + "q_norm.weight"].float()
-        self.k_norm = 1 + W[p + "k_norm.weight"].float()
-
-    def forward(self, x, cos, sin, cache=None):
-        B, T, _ = x.shape
-        nh, nkv, hd = self.nh, self.nkv, self.hd
-        y = self.qkv(x)
-        q, gate = y["q"].view(B, T, nh, 2 * hd).chunk(2, dim=-1)     # per head: [query | gate]
-        k, v = y["k"], y["v"]
-        q = rope(rms_norm(q, self.q_norm, self.eps).transpose(1, 2), cos, sin)  # [B, nh, T, hd]
-        k = rope(rms_norm(k.view(B, T, nkv, hd), self.k_norm, self.eps).transpose(1, 2), cos, sin)
-        v = v.view(B, T, nkv, hd).transpose(1, 2)                               # [B, nkv, T, hd]
-        if cache is not None:
-            k, v = cache.update(k, v)                                           # [B, nkv, S, hd]
-        if T == 1:
-            y = decode_attention(q, k, v)
-        else:
-            S = k.shape[2]
-            mask = None if S == T else \
-                torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            # grouped KV heads are read in place, not copied nh / nkv times
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=S == T,
-                                               enable_gqa=True)
-        y = y.transpose(1, 2).reshape(B, T, nh * hd)
-        return self.o_proj(y * torch.sigmoid(gate.reshape(B, T, nh * hd)))
-
-
-def decode_attention(q, k, v):
-    """Attention of one new token, q [B, nh, 1, hd], over the cache k, v [B, nkv, S, hd].
-    The nh / nkv query heads that share a KV head are one matrix, so each cached key and value
-    is read once per step, as two matrix products that stream through the cache."""
-    B, nh, _, hd = q.shape
-    nkv = k.shape[1]
-    qg = q.reshape(B, nkv, nh // nkv, hd) * hd**-0.5            # [B, nkv, group, hd]
-    scores = (k @ qg.transpose(-1, -2)).transpose(-1, -2)       # [B, nkv, group, S]
-    return (scores.softmax(-1) @ v).reshape(B, nh, 1, hd)
-
-
-def rope(x, cos, sin):
-    """RoPE on the first cos.shape[-1] dims of x [..., T, hd], the others unchanged."""
-    d = cos.shape[-1]
-    x1, x2, rest = x[..., :d // 2], x[..., d // 2:d], x[..., d:]
-    c, s = cos[..., :d // 2], sin[..., :d // 2]                 # both halves share one angle
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, rest], dim=-1)
-# --8<-- [end:attention]
-
-
-# --8<-- [start:deltanet]
-class DeltaNet(nn.Module):
-    """Gated DeltaNet with its four input projections in one matmul and a one-token decode step
-    that updates the state in place."""
-
-    def __init__(self, cfg, W, p, dtype, quantize):
-        super().__init__()
-        self.nk, self.nv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-        self.dk, self.dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
-        self.K, self.eps = cfg.linear_conv_kernel_dim, cfg.rms_norm_eps
-        self.in_proj = Fused(W, {n: f"{p}in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")},
-                             dtype, quantize)
-        self.out_proj = linear(W[p + "out_proj.weight"], dtype, quantize)
-        self.conv = W[p + "conv1d.weight"].float()                  # [C, 1, K]
-        self.neg_A = -W[p + "A_log"].float().exp()
-        self.dt_bias = W[p + "dt_bias"].float()
-        self.norm = W[p + "norm.weight"].float()
-
-    def forward(self, x, cache=None):
-        B, T, _ = x.shape
-        y = self.in_proj(x)
-        qkv, z, b, a = y["qkv"].transpose(1, 2), y["z"], y["b"], y["a"]   # qkv [B, C, T]
-        past = (qkv.new_zeros(B, qkv.shape[1], self.K - 1) if cache is None
-                else cache.conv.to(qkv))
-        window = torch.cat([past, qkv], dim=-1)                     # [B, C, K - 1 + T]
-        if cache is not None:
-            cache.conv = window[..., T:]                            # the last K - 1 inputs
-        if T == 1:                                                  # decode: one dot product
-            qkv = (window * self.conv[:, 0]).sum(-1, keepdim=True)
-        else:
-            qkv = F.conv1d(window, self.conv, groups=window.shape[1])
-        qkv = F.silu(qkv).transpose(1, 2)                           # [B, T, C]
-        q, k, v = qkv.split([self.nk * self.dk] * 2 + [self.nv * self.dv], dim=-1)
-        q = l2norm(q.reshape(B, T, self.nk, self.dk)) * self.dk**-0.5
-        k = l2norm(k.reshape(B, T, self.nk, self.dk))
-        if self.nv != self.nk:
-            q, k = (t.repeat_interleave(self.nv // self.nk, dim=2) for t in (q, k))
-        v = v.reshape(B, T, self.nv, self.dv)
-        beta = b.sigmoid()                                          # [B, T, nv]
-        g = self.neg_A * F.softplus(a + self.dt_bias)
-        if cache is not None and T == 1:
-            o = step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], cache)[:, None]
-        else:
-            q, k, v, g, beta = (t.transpose(1, 2) for t in (q, k, v, g, beta))
-            o, state = chunk_gated_delta_rule(q, k, v, g, beta,
-                                              None if cache is None else cache.state)
-            if cache is not None:
-                cache.state = state
-            o = o.transpose(1, 2)                                   # [B, T, nv, dv]
-        o = rms_norm(o, self.norm, self.eps) * F.silu(z.view(B, T, self.nv, self.dv))
-        return self.out_proj(o.reshape(B, T, -1))
-
-
-def step(q, k, v, g, beta, cache):
-    """One token of the gated delta rule, the state S [B, H, dk, dv] updated in place.
-    q, k [B, H, dk], v [B, H, dv], g, beta [B, H]."""
-    S = cache.state
-    S.mul_(g.exp()[..., None, None])                                # forget
-    pred = (k[..., None, :] @ S)[..., 0, :]                         # what S holds for k [B, H, dv]
-    u = beta[..., None] * (v - pred)                                # write only the error
-    S.add_(k[..., :, None] * u[..., None, :])                       # rank-1 update
-    return (q[..., None, :] @ S)[..., 0, :]                         # read with the query
-# --8<-- [end:deltanet]
-
-
-# --8<-- [start:model]
-class MLP(nn.Module):
-    """SwiGLU with gate and up in one matmul."""
-
-    def __init__(self, W, p, dtype, quantize):
-        super().__init__()
-        self.gate_up = Fused(W, {n: f"{p}{n}_proj.weight" for n in ("gate", "up")}, dtype, quantize)
-        self.down = linear(W[p + "down_proj.weight"], dtype, quantize)
-
-    def forward(self, x):
-        y = self.gate_up(x)
-        return self.down(F.silu(y["gate"]) * y["up"])
-
-
-class Layer(nn.Module):
-    """x + mixer(norm(x)), then x + mlp(norm(x)), as qwen.model.DecoderLayer."""
-
-    def __init__(self, cfg, W, i, dtype, quantize):
-        super().__init__()
-        p, self.eps = f"layers.{i}.", cfg.rms_norm_eps
-        self.is_deltanet = cfg.layer_types[i] == "linear_attention"
-        self.mixer = (DeltaNet(cfg, W, p + "linear_attn.", dtype, quantize) if self.is_deltanet
-                      else Attention(cfg, W, p + "self_attn.", dtype, quantize))
-        self.mlp = MLP(W, p + "mlp.", dtype, quantize)
-        self.norm1 = 1 + W[p + "input_layernorm.weight"].float()
-        self.norm2 = 1 + W[p + "post_attention_layernorm.weight"].float()
-
-    def forward(self, x, cos, sin, cache=None):
-        h = rms_norm(x, self.norm1, self.eps)
-        x = x + (self.mixer(h, cache) if self.is_deltanet else self.mixer(h, cos, sin, cache))
-        return x + self.mlp(rms_norm(x, self.norm2, self.eps))
-
-
-class FastQwen(nn.Module):
-    """The same model as qwen.model.Qwen, fp32 activations throughout, weights as loaded
-    (or int8, see qwen/quant.py). Token ids in, fp32 logits out."""
-
-    def __init__(self, cfg, W, dtype=torch.float32, quantize=None):
-        super().__init__()
-        self.cfg, self.eps = cfg, cfg.rms_norm_eps
-        table = W["embed_tokens.weight"].to(dtype)                  # converted once, if at all
-        # rows are looked up, the table is never read whole
-        self.embed_tokens = nn.Embedding.from_pretrained(table)
-        self.layers = nn.ModuleList(Layer(cfg, W, i, dtype, quantize)
-                                    for i in range(len(cfg.layer_types)))
-        self.norm = 1 + W["norm.weight"].float()
-        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
-        # the head is the embedding table when tied: a third of the bytes, quantized first
-        head = W["lm_head.weight"] if "lm_head.weight" in W else table
-        self.lm_head = linear(head, dtype, quantize)
-
-    def forward(self, ids, cache=None, last_only=False):
-        past = 0 if cache is None else cache.seq_len
-        if cache is not None:       # the first time: a KV cache with room set aside
-            cache.layers = [KVBuffer(c) if type(c) is KVCache else c for c in cache.layers]
-        cos, sin = self.rotary_emb(torch.arange(past, past + ids.shape[1], device=ids.device))
-        x = self.embed_tokens(ids).float()                          # [B, T, dim], fp32 from here
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, None if cache is None else cache.layers[i])
-        if cache is not None:
-            cache.seq_len += ids.shape[1]
-        if last_only:
-            x = x[:, -1:]
-        return self.lm_head(rms_norm(x, self.norm, self.eps))      # [B, T, vocab] fp32
-# --8<-- [end:model]
+@functools.cache
+def _both(cls, have):
+    return type(f"{cls.__name__}+{have.__name__}", (cls, have), {})
+# --8<-- [end:swap]
 
 
 # --8<-- [start:mmap]
@@ -311,26 +57,13 @@ def mmap_safetensors(file):
                                              nbytes=os.path.getsize(file))
     out = {}
     for name, h in header.items():
+        if h["dtype"] not in DTYPES:
+            raise CheckpointError(f"{file}: {name} is stored as {h['dtype']}; the model reads "
+                                  f"{', '.join(DTYPES)} weights: is it a quantized checkpoint?")
         dtype = DTYPES[h["dtype"]]
         start = 8 + n + h["data_offsets"][0]             # in bytes; safetensors aligns it
         out[name] = torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, h["shape"])
     return out
-# --8<-- [end:mmap]
-
-
-# --8<-- [start:from_pretrained]
-class Checkpoint(dict):
-    """The tensors by short name; it remembers which were read and names a missing one clearly."""
-
-    def __init__(self, W):
-        super().__init__(W)
-        self.read = set()
-
-    def __getitem__(self, name):
-        if name not in self:
-            raise ValueError(f"the checkpoint has no tensor {name}: is it a Qwen3.5 checkpoint?")
-        self.read.add(name)
-        return super().__getitem__(name)
 
 
 def load_tensors(path):
@@ -341,24 +74,433 @@ def load_tensors(path):
             if not name.startswith(SKIP):
                 W[next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)] = t
     return settle_head(W, path)                           # tied: drop a saved head; untied: need it
+# --8<-- [end:mmap]
 
 
-QUANTIZE = (None, "int8", "w8a8")
+# --8<-- [start:load_mapped]
+def load_mapped(path, dtype=torch.bfloat16):
+    """Step 1 (chapter 14): the clear model, built on the meta device (no memory, no random fill),
+    its Parameters then made from the mapped file itself: a weight in `dtype` is not copied."""
+    cfg = Config.load(path)
+    with torch.device("meta"):
+        model = Qwen(cfg)
+    W = {k: t if t.dtype == dtype else t.to(dtype) for k, t in load_tensors(path).items()}
+    load(model, W)                                        # the clear loader's checks, all of them
+    # computed, not stored: made again off the meta device
+    model.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
+    return model.requires_grad_(False)
+# --8<-- [end:load_mapped]
 
 
-def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None):
-    """The fast model of the checkpoint folder `path`, built straight from the mapped files:
-    no module is made and randomly filled first, no tensor is copied that need not be."""
-    if quantize not in QUANTIZE:
-        raise ValueError(f"quantize={quantize!r}: use None (the weights as they are), \"int8\" "
-                         "(int8 weights) or \"w8a8\" (int8 weights and decode activations)")
-    if device != "cpu":
-        raise ValueError(f"the fast path runs on the CPU; for {device} use fast=False")
-    W = Checkpoint(load_tensors(path))
-    model = FastQwen(Config.load(path), W, dtype, quantize).requires_grad_(False)
-    unused = sorted(set(W) - W.read)
-    if unused:
-        raise ValueError(f"not used by the model: {', '.join(unused[:5])}: "
-                         "is it a Qwen3.5 checkpoint?")
+# --8<-- [start:join]
+def fuse(weights):
+    """One weight [sum of outs, in] for several weights of one input, and the order of its rows.
+    A view, no copy, when they lie back to back in one storage (a file sorts them by name)."""
+    ts = sorted(weights.items(), key=lambda kv: kv[1].data_ptr())
+    order, first = [k for k, _ in ts], ts[0][1]
+    adjacent = all(a.data_ptr() + a.nbytes == b.data_ptr() and a.dtype == b.dtype
+                   and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+                   for (_, a), (_, b) in zip(ts, ts[1:]))
+    if adjacent:
+        rows = sum(t.shape[0] for _, t in ts)
+        w = first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(),
+                                    (rows, first.shape[1]))
+    else:
+        w = torch.cat([t for _, t in ts])
+    return w, order
+
+
+class Joined(nn.Module):
+    """Several projections of one input as one matmul, proj: forward gives {name: output}."""
+
+    def __init__(self, linears):
+        super().__init__()
+        w, self.names = fuse({k: m.weight.detach() for k, m in linears.items()})
+        self.sizes = [linears[k].out_features for k in self.names]
+        with torch.device("meta"):
+            self.proj = nn.Linear(w.shape[1], w.shape[0], bias=False)
+        self.proj.weight = nn.Parameter(w, requires_grad=False)
+
+    def forward(self, x):
+        return dict(zip(self.names, self.proj(x).split(self.sizes, dim=-1)))
+
+
+def join(module, names, joined):
+    """Replace the projections `names` of `module` by one Joined called `joined`."""
+    setattr(module, joined, Joined({n: getattr(module, n) for n in names}))
+    for n in names:
+        delattr(module, n)
+
+
+class JoinedAttention(Attention):
+    def project(self, x):
+        B, T, _ = x.shape
+        nh, nkv, hd = self.n_head, self.n_kv_head, self.head_dim
+        y = self.qkv_proj(x)                                        # q, k, v: one matmul
+        q, gate = y["q_proj"].view(B, T, nh, 2 * hd).chunk(2, dim=-1)
+        return (q, gate.reshape(B, T, nh * hd), y["k_proj"].view(B, T, nkv, hd),
+                y["v_proj"].view(B, T, nkv, hd))
+
+
+class JoinedDeltaNet(GatedDeltaNet):
+    def project(self, x):
+        y = self.in_proj(x)                                         # qkv, z, b, a: one matmul
+        return y["in_proj_qkv"], y["in_proj_z"], y["in_proj_b"], y["in_proj_a"]
+
+
+class JoinedMLP(MLP):
+    def forward(self, x):
+        y = self.gate_up_proj(x)                                    # gate and up: one matmul
+        return self.down_proj(F.silu(y["gate_proj"]) * y["up_proj"])
+
+
+def join_projections(model):
+    """Step 2 (chapter 14): the projections that read the same input, as one matmul each."""
+    for m in list(model.modules()):
+        if isinstance(m, Attention):
+            join(m, ["q_proj", "k_proj", "v_proj"], "qkv_proj")
+            swap(m, JoinedAttention)
+        elif isinstance(m, GatedDeltaNet):
+            join(m, ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"], "in_proj")
+            swap(m, JoinedDeltaNet)
+        elif isinstance(m, MLP):
+            join(m, ["gate_proj", "up_proj"], "gate_up_proj")
+            swap(m, JoinedMLP)
+# --8<-- [end:join]
+
+
+# --8<-- [start:activations]
+def mixed_linear(x, w):
+    """x @ w.T for fp32 rows x and a bf16 weight w: a prompt (many rows, compute-bound) widens the
+    weight and multiplies in fp32; a decode step (few rows, bandwidth-bound) reads w's 2 bytes."""
+    if x.shape[:-1].numel() > ROWS:
+        return F.linear(x, w.float())
+    return F.linear(x.to(w.dtype), w).float()
+
+
+class WideLinear(nn.Linear):
+    def forward(self, x):
+        return mixed_linear(x, self.weight)
+
+
+class WideLMHead(LMHead):
+    def forward(self, x):
+        return mixed_linear(x, self.weight)
+
+
+class WideEmbedding(Embedding):
+    def forward(self, ids):
+        return super().forward(ids).float()          # fp32 from here on
+
+
+@functools.cache
+def matmul_speeds(rows=128, n_in=1024, n_out=3584):
+    """Milliseconds of one prompt-sized matmul (Qwen3.5-0.8B's MLP shape, 128 rows) with bf16
+    activations, and with fp32 activations and the bf16 weight widened first; measured once."""
+    w, x = torch.randn(n_out, n_in).bfloat16(), torch.randn(rows, n_in)
+    runs = {"bf16": lambda: F.linear(x.bfloat16(), w), "fp32": lambda: mixed_linear(x, w)}
+    ms = {}
+    for name, f in runs.items():
+        f()                                                          # warm-up
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        ms[name] = 1e3 * sorted(times)[2]
+    return ms
+
+
+def choose_activations(model, activations="auto"):
+    """Step 3 (chapter 13): bf16 or fp32 activations. Some CPUs multiply bf16 fast (AVX-512 with
+    bf16, through oneDNN), others only fp32 (AVX2): "auto" measures a prompt-sized matmul both
+    ways on this machine and keeps the faster; GPUs multiply bf16 natively. fp32 activations:
+    the embedding widens its rows, every projection is a WideLinear, small tensors become fp32."""
+    weight = model.embed_tokens.weight
+    if weight.dtype == torch.float32:
+        choice, why = "fp32", "the weights are fp32"
+    elif activations != "auto":
+        choice, why = activations, "asked for"
+    elif weight.device.type != "cpu":
+        choice, why = "bf16", f"{weight.device.type} multiplies bf16 natively"
+    else:
+        ms = matmul_speeds()
+        choice = min(ms, key=ms.get)
+        why = f"a 128-row matmul: bf16 {ms['bf16']:.2f} ms, fp32 {ms['fp32']:.2f} ms"
+    if choice not in ("bf16", "fp32"):
+        raise ValueError(f'activations={activations!r}: use "auto", "bf16" or "fp32"')
+    if choice == "fp32" and weight.dtype != torch.float32:
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                swap(m, WideLinear)
+            elif isinstance(m, (nn.Conv1d, RMSNorm, RMSNormGated)):
+                m.float()                             # a few thousand numbers: fp32 like the rest
+        swap(model.embed_tokens, WideEmbedding)
+        swap(model.lm_head, WideLMHead)
+    model.activations = choice
+    return f"{choice} ({why})"
+# --8<-- [end:activations]
+
+
+# --8<-- [start:packed]
+class PackedLinear(nn.Module):
+    """x @ w.T through oneDNN, w reordered once into the blocked layout its kernels read fastest.
+    The plain weight is dropped: bf16 rows in, any number of them; the output in x's dtype."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.out_features = w.shape[0]
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(w.bfloat16(), 1))
+
+    def forward(self, x):
+        y = torch.ops.mkldnn._linear_pointwise(x.bfloat16(), self.packed, None, "none", [], "")
+        return y.to(x.dtype)
+
+
+@functools.cache
+def gemv_speeds(n_in=1024, n_out=3584, copies=24):
+    """Milliseconds of one decode-sized matmul (one row, the MLP's shape) with the plain bf16
+    weight and with the packed one, each over more weights than the CPU's caches hold."""
+    ws = [torch.randn(n_out, n_in).bfloat16() for _ in range(copies)]
+    x = torch.randn(1, n_in).bfloat16()
+    runs = {"plain": (ws, lambda w: F.linear(x, w)),
+            "packed": ([torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws],
+                       lambda w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""))}
+    ms = {}
+    for name, (weights, f) in runs.items():
+        f(weights[0])
+        t0 = time.perf_counter()
+        for _ in range(3):
+            for w in weights:
+                f(w)
+        ms[name] = 1e3 * (time.perf_counter() - t0) / (3 * len(weights))
+    return ms
+
+
+def pack_weights(model):
+    """Step 4 (chapter 15): on a CPU whose oneDNN reads bf16 (torch reports it), measure a decode
+    matmul with the plain and the packed weight and keep the faster: packed, every projection and
+    the head (a copy of the tied table: lookups still read the plain one) go through oneDNN."""
+    weight = model.embed_tokens.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return f"plain (packing is for bf16 weights on the CPU, these are {weight.dtype} on {weight.device.type})"
+    if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return "plain (this CPU's oneDNN has no bf16 kernels)"
+    ms = gemv_speeds()
+    why = f"a decode matmul: plain {ms['plain']:.2f} ms, packed {ms['packed']:.2f} ms"
+    if ms["packed"] > 0.9 * ms["plain"]:
+        return f"plain ({why})"
+    for m in list(model.modules()):
+        for name, child in list(m.named_children()):
+            if isinstance(child, (nn.Linear, LMHead)):
+                setattr(m, name, PackedLinear(child.weight.detach()))
+    return f"packed ({why})"
+# --8<-- [end:packed]
+
+
+# --8<-- [start:norms]
+class FusedRMSNorm(RMSNorm):
+    def forward(self, x):                            # one kernel instead of six
+        w = 1 + self.weight.float()
+        return F.rms_norm(x.float(), (x.shape[-1],), w, self.eps).type_as(x)
+
+
+class FusedRMSNormGated(RMSNormGated):
+    def forward(self, x, z):
+        x = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).type_as(x)
+        return (self.weight * x * F.silu(z.float())).type_as(x)
+
+
+def fuse_norms(model):
+    """Step 5 (chapter 15): each RMSNorm as torch's one fused kernel."""
+    for m in model.modules():
+        if isinstance(m, RMSNorm):
+            swap(m, FusedRMSNorm)
+        elif isinstance(m, RMSNormGated):
+            swap(m, FusedRMSNormGated)
+# --8<-- [end:norms]
+
+
+# --8<-- [start:decode_conv]
+class DecodeConv1d(nn.Conv1d):
+    """The depthwise causal conv; for one new token (a window of exactly K inputs) it is a dot
+    product per channel, which skips the generic conv kernel (bf16's is slow on some CPUs)."""
+
+    def forward(self, x):
+        if x.shape[-1] == self.kernel_size[0]:
+            return (x.float() * self.weight[:, 0].float()).sum(-1, keepdim=True).to(x.dtype)
+        return super().forward(x)
+
+
+def decode_conv(model):
+    """Step 6 (chapter 15): the DeltaNet conv of a decode step as a dot product."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv1d):
+            swap(m, DecodeConv1d)
+# --8<-- [end:decode_conv]
+
+
+# --8<-- [start:attention]
+class SDPAAttention(Attention):
+    def attend(self, q, k, v):
+        T, S = q.shape[2], k.shape[2]
+        if T == 1:
+            return super().attend(q, k, v)
+        mask = None if S == T else torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+        # one fused kernel; grouped KV heads are read in place, not copied nh / nkv times
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=S == T,
+                                              enable_gqa=True)
+
+
+class GroupedDecodeAttention(Attention):
+    def attend(self, q, k, v):
+        return decode_attention(q, k, v) if q.shape[2] == 1 else super().attend(q, k, v)
+
+
+def decode_attention(q, k, v):
+    """Attention of one new token, q [B, nh, 1, hd], over the cache k, v [B, nkv, S, hd].
+    The nh / nkv query heads that share a KV head are one matrix, so each cached key and value
+    is read once per step, as two matrix products that stream through the cache."""
+    B, nh, _, hd = q.shape
+    nkv = k.shape[1]
+    qg = q.reshape(B, nkv, nh // nkv, hd) * hd**-0.5            # [B, nkv, group, hd]
+    scores = (k @ qg.transpose(-1, -2)).transpose(-1, -2)       # [B, nkv, group, S]
+    return (scores.float().softmax(-1).to(v.dtype) @ v).reshape(B, nh, 1, hd)
+
+
+def sdpa_prompts(model):
+    """Step 7 (chapter 15): a prompt's attention as torch's fused kernel."""
+    for m in model.modules():
+        if isinstance(m, Attention):
+            swap(m, SDPAAttention)
+
+
+def grouped_decode(model):
+    """Step 8 (chapter 15): a decode step's attention as two products over the grouped cache."""
+    for m in model.modules():
+        if isinstance(m, Attention):
+            swap(m, GroupedDecodeAttention)
+# --8<-- [end:attention]
+
+
+# --8<-- [start:cache]
+class RoomyKVCache(KVCache):
+    """A KV cache that writes into room set aside up front (doubled if it runs out): no copy of
+    the whole cache per token, as torch.cat makes. k and v are views of what is filled."""
+
+    def __init__(self, batch, n_kv_head, head_dim, room):
+        super().__init__(batch, n_kv_head, head_dim)         # k, v: [B, nkv, 0, hd]
+        self.room = room
+
+    def update(self, k, v):
+        n, m = self.k.shape[2], self.k.shape[2] + k.shape[2]
+        if n == 0 or m > self.kbuf.shape[2]:                  # the first call, or full
+            room = max(m, self.room if n == 0 else 2 * self.kbuf.shape[2])
+            self.kbuf, self.vbuf = grow(self.k, room, k), grow(self.v, room, v)
+        self.kbuf[:, :, n:m], self.vbuf[:, :, n:m] = k, v
+        self.k, self.v = self.kbuf[:, :, :m], self.vbuf[:, :, :m]
+        return self.k, self.v
+
+
+def grow(filled, room, like):
+    """A buffer like `like` with room for `room` tokens, holding the tokens of `filled`."""
+    new = like.new_empty(*like.shape[:2], room, like.shape[3])
+    new[:, :, :filled.shape[2]] = filled
+    return new
+
+
+class RoomyCacheQwen(Qwen):
+    def new_cache(self, batch=1, max_tokens=None):
+        cache = super().new_cache(batch)
+        room = max_tokens or 256
+        cache.layers = [RoomyKVCache(batch, self.cfg.num_key_value_heads, self.cfg.head_dim, room)
+                        if isinstance(c, KVCache) else c for c in cache.layers]
+        return cache
+
+
+def roomy_cache(model):
+    """Step 9 (chapter 15): new_cache() sets room aside for every token it will hold."""
+    swap(model, RoomyCacheQwen)
+# --8<-- [end:cache]
+
+
+# --8<-- [start:state]
+class InPlaceDeltaNet(GatedDeltaNet):
+    def delta_rule(self, q, k, v, g, beta, state):
+        if state is None or q.shape[2] != 1:
+            return super().delta_rule(q, k, v, g, beta, state)
+        o = step(q[:, :, 0], k[:, :, 0], v[:, :, 0], g[:, :, 0], beta[:, :, 0], state)
+        return o[:, :, None], state
+
+
+def step(q, k, v, g, beta, S):
+    """One token of the gated delta rule, the state S [B, H, dk, dv] updated in place.
+    q, k [B, H, dk], v [B, H, dv], g, beta [B, H]."""
+    S.mul_(g.exp()[..., None, None])                                # forget
+    pred = (k[..., None, :] @ S)[..., 0, :]                         # what S holds for k [B, H, dv]
+    u = beta[..., None] * (v - pred)                                # write only the error
+    S.add_(k[..., :, None] * u[..., None, :])                       # rank-1 update
+    return (q[..., None, :] @ S)[..., 0, :]                         # read with the query
+
+
+def inplace_state(model):
+    """Step 10 (chapter 15): a decode step updates the DeltaNet state in place."""
+    for m in model.modules():
+        if isinstance(m, GatedDeltaNet):
+            swap(m, InPlaceDeltaNet)
+# --8<-- [end:state]
+
+
+# --8<-- [start:quantize]
+def quantize_weights(model, kind):
+    """Step 11 (chapter 16): every projection and the head as int8 ("int8"), int8 multiplied in
+    int8 when decoding ("w8a8") or int4 in groups of 32 ("int4"); the embedding stays a lookup."""
+    if kind not in QUANTIZED:
+        raise ValueError(f"quantize={kind!r}: use None (the weights as they are), "
+                         + ", ".join(f'"{k}"' for k in QUANTIZED))
+    for m in list(model.modules()):
+        for name, child in list(m.named_children()):
+            if isinstance(child, (nn.Linear, LMHead)):
+                setattr(m, name, QUANTIZED[kind](child.weight.detach()))
+# --8<-- [end:quantize]
+
+
+# --8<-- [start:from_pretrained]
+STEPS = {"mapped load": None, "joined projections": join_projections,
+         "activations": choose_activations, "packed weights": pack_weights,
+         "fused norms": fuse_norms,
+         "decode conv": decode_conv, "sdpa prompts": sdpa_prompts,
+         "grouped decode": grouped_decode, "roomy cache": roomy_cache,
+         "in-place state": inplace_state}
+
+
+def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, steps=None,
+                    activations="auto"):
+    """The model of the checkpoint folder `path`, made fast: the clear model of qwen/model.py
+    with the steps of chapters 14-16 applied in order (all of them, or those named in `steps`;
+    without "mapped load" the clear loader reads the file). model.steps says what each step did."""
+    names = list(STEPS) if steps is None else list(steps)
+    unknown = [n for n in names if n not in STEPS]
+    if unknown:
+        raise ValueError(f"steps {unknown}: the steps are {', '.join(map(repr, STEPS))}")
+    if quantize is not None and quantize not in QUANTIZED:
+        raise ValueError(f"quantize={quantize!r}: use None (the weights as they are), "
+                         + ", ".join(f'"{k}"' for k in QUANTIZED))
+    if "mapped load" in names:
+        model = load_mapped(path, dtype).to(device)
+    else:
+        from qwen.model import from_pretrained as clear
+        model = clear(path, dtype, device)
+    if quantize is not None and "packed weights" in names:
+        names.remove("packed weights")                  # int8 and int4 have kernels of their own
+    model.steps = {}
+    for name in STEPS:                                   # in the book's order, whatever was given
+        if name in names:
+            model.steps[name] = ("done" if STEPS[name] is None else
+                                 choose_activations(model, activations) if name == "activations"
+                                 else STEPS[name](model) or "done")
+    if quantize is not None:
+        quantize_weights(model, quantize)
+        model.steps["quantize"] = quantize
     return model
 # --8<-- [end:from_pretrained]

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 from qwen.attention import Attention
+from qwen.cache import Cache
 from qwen.deltanet import GatedDeltaNet
 from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP
@@ -69,18 +70,17 @@ class Qwen(nn.Module):
             x = x[:, -1:]                                # head is 1024 x 248,320: skip T - 1 rows
         return self.lm_head(self.norm(x))                # [B, T, vocab]
     # --8<-- [end:model_forward]
+
+    def new_cache(self, batch=1, max_tokens=None):
+        """An empty cache for `batch` sequences (chapter 11); max_tokens: how many it will hold."""
+        return Cache(self.cfg, batch)
 # --8<-- [end:model]
 
 
 # --8<-- [start:from_pretrained]
-def from_pretrained(path, dtype=torch.float32, device="cpu", fast=True, quantize=None):
+def from_pretrained(path, dtype=torch.float32, device="cpu"):
     """The model of the checkpoint folder `path`, with its weights, ready for inference.
-    fast=False: this file's clear modules; else the same model, made fast (chapters 14-16)."""
-    if fast:
-        from qwen import fast as fast_path          # built from this file's model, proven equal
-        return fast_path.from_pretrained(path, dtype, device, quantize)
-    if quantize is not None:
-        raise ValueError(f"quantize={quantize!r} needs the fast path: drop fast=False")
+    (Chapters 14-16 make the same model fast: qwen.fast.from_pretrained.)"""
     model = Qwen(Config.load(path))
     load(model, load_weights(path, dtype))
     return model.requires_grad_(False).to(device)

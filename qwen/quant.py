@@ -1,11 +1,13 @@
-"""int8 quantization: each output row of a weight is stored as int8 times one scale; with
-W8A8Linear the activations of a decode step are rounded to int8 too, and multiplied in int8."""
+"""Reading fewer bytes: each output row of a weight stored as int8 times one scale (Int8Linear);
+with W8A8Linear a decode step's activations are rounded to int8 too and multiplied in int8;
+Int4Linear keeps 4 bits per weight, a scale and an offset per group of 32."""
 # --8<-- [start:quantize]
 import warnings
 
 import torch
+import torch.nn.functional as F
 
-ROWS = 16          # a matmul with more rows than this is compute-bound (prefill)
+ROWS = 16          # a matmul with more rows than this is compute-bound (a prompt)
 
 
 def quantize_int8(w):
@@ -34,20 +36,21 @@ class Int8Linear(torch.nn.Module):
         self.register_buffer("s", torch.cat(s).bfloat16())  # the kernel wants its scales in bf16
 
     def forward(self, x):
-        if x.shape[:-1].numel() > ROWS:                      # prefill: compute-bound, widen first
-            return torch.nn.functional.linear(x, dequantize_int8(self.q, self.s.float()))
-        # torch's int8 x bf16 kernel: reads 1 byte per weight, scales each output column once
+        if x.shape[:-1].numel() > ROWS or self.q.device.type == "cuda":
+            # a prompt is compute-bound: widen the weight once, multiply as the activations are
+            return F.linear(x, dequantize_int8(self.q, self.s.float()).to(x.dtype))
+        # torch's int8 x bf16 kernel: reads 1 byte per weight, widens it to fp32 in its inner loop
         y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).bfloat16(), self.q, self.s)
-        return y.view(*x.shape[:-1], -1).float()
+        return y.view(*x.shape[:-1], -1).to(x.dtype)
 # --8<-- [end:linear]
 
 
 # --8<-- [start:w8a8]
 class W8A8Linear(Int8Linear):
     """The int8 weights of Int8Linear, multiplied in int8: for a few rows (decode) x is rounded
-    to 8 bits too, one scale for the call, and fbgemm adds the int8 x int8 products in int32,
-    many in one instruction, where the weight-only kernel widens every weight to bf16 first.
-    llama.cpp's q8_0 does the same with one scale per 32 values of x. Prefill is Int8Linear's."""
+    to 7 bits too, one scale for the call, and fbgemm adds the int8 x int8 products in int32,
+    many in one instruction, where the weight-only kernel widens every weight first.
+    llama.cpp's q8_0 does the same with one scale per 32 values of x. Prompts are Int8Linear's."""
 
     def __init__(self, w):
         super().__init__(w)
@@ -65,9 +68,53 @@ class W8A8Linear(Int8Linear):
     def forward(self, x):
         if x.shape[:-1].numel() > ROWS:
             return super().forward(x)
-        # reduce_range: x is rounded to 7 bits, so that two products summed never pass the 16-bit
-        # accumulator of AVX2's multiply-add (255 * 127 * 2 would)
-        x2 = x.reshape(-1, x.shape[-1])                 # fp32, as the fast path keeps it
+        # reduce_range: x is rounded to 7 bits (128 levels), so that two products summed never
+        # saturate the 16-bit accumulator of AVX2's multiply-add (255 * 127 * 2 would)
+        x2 = x.reshape(-1, x.shape[-1]).float()
         y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)   # reduce_range=True
-        return y.view(*x.shape[:-1], -1)
+        return y.view(*x.shape[:-1], -1).to(x.dtype)
 # --8<-- [end:w8a8]
+
+
+# --8<-- [start:int4]
+GROUP = 32         # int4: one scale and offset per 32 weights of a row, as llama.cpp's q4_0
+
+
+def quantize_int4(w, group=GROUP):
+    """w [out, in] ~= (q - 8) * s + z per group of `group` weights of a row, q in 0..15."""
+    g = w.float().reshape(w.shape[0], -1, group)             # [out, in / group, group]
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    s = (hi - lo).clamp(min=1e-6) / 15                       # 16 levels from lo to hi
+    q = ((g - lo) / s).round().clamp(0, 15)
+    z = lo + 8 * s                                           # the value of the middle level, 8
+    return q.reshape(w.shape).to(torch.int32), s[..., 0], z[..., 0]   # [out, in], [out, in/group] x2
+
+
+def dequantize_int4(q, s, z, group=GROUP):
+    qg = q.float().reshape(q.shape[0], -1, group)
+    return ((qg - 8) * s[..., None] + z[..., None]).reshape(q.shape)
+
+
+class Int4Linear(torch.nn.Module):
+    """x @ w.T with w stored in 4 bits (a quarter of bf16's bytes, plus 2 bf16 numbers per 32)."""
+
+    def __init__(self, w, group=GROUP):
+        super().__init__()
+        if w.shape[1] % group:
+            raise ValueError(f"int4 needs each row's length {w.shape[1]} to divide by {group}")
+        self.group, self.out_features = group, w.shape[0]
+        w = F.pad(w, (0, 0, 0, -w.shape[0] % 16))            # the kernel packs rows by 16
+        q, s, z = zip(*(quantize_int4(part, group) for part in w.split(32768)))
+        q, s, z = torch.cat(q), torch.cat(s), torch.cat(z)
+        # the kernel's layout: nibbles packed by torch, scales and offsets [in/group, out, 2]
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+        self.register_buffer("sz", torch.stack([s.t(), z.t()], -1).bfloat16().contiguous())
+
+    def forward(self, x):
+        x2 = x.reshape(-1, x.shape[-1]).bfloat16()
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group, self.sz)
+        return y[:, :self.out_features].reshape(*x.shape[:-1], -1).to(x.dtype)
+# --8<-- [end:int4]
+
+
+QUANTIZED = {"int8": Int8Linear, "w8a8": W8A8Linear, "int4": Int4Linear}

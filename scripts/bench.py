@@ -32,20 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from qwen import fast                                          # noqa: E402
-from qwen.cache import Cache                                   # noqa: E402
 from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
+from qwen.quant import Int8Linear, W8A8Linear                   # noqa: E402
 from qwen.weights import Config                                # noqa: E402
 
 RANDOM_08B = ROOT / ".cache" / "random-qwen3.5-0.8b"
 PAIR_REPEATS = 7          # turns of each context pair: a ratio near 1 needs more than --repeats
-TEXT_08B = {   # Qwen/Qwen3.5-0.8B's text_config: the real dimensions
-    "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
-    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6, "num_attention_heads": 8,
-    "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
-    "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
-                        "mrope_section": [11, 11, 10], "mrope_interleaved": True},
-}
+CONFIG_08B = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"   # the official config.json
+TEXT_08B = json.loads(CONFIG_08B.read_text())["text_config"]
 
 
 # ---------------------------------------------------------------------------- the checkpoint
@@ -102,10 +96,12 @@ def machine_limits(tiny=False):
     rows, cols = (512, 256) if tiny else (3584, 1024)
     w, x = torch.randn(rows, cols) * 0.03, torch.randn(1, cols)
     packed = torch.ops.quantized.linear_prepack_fp16(w, None)
-    kernels = {"fp32": (4, fast.Linear(w)), "bf16": (2, fast.Linear(w.bfloat16())),
+    w16 = w.bfloat16()
+    kernels = {"fp32": (4, lambda x: F.linear(x, w)), "bf16": (2, lambda x: F.linear(x.bfloat16(), w16)),
                "fp16_fbgemm": (2, lambda x: torch.ops.quantized.linear_dynamic_fp16(x, packed)),
-               "int8": (1, fast.linear(w, torch.bfloat16, "int8")),
-               "int8_fbgemm": (1, fast.linear(w, torch.bfloat16, "w8a8"))}
+               "int8": (1, Int8Linear(w16)), "int8_fbgemm": (1, W8A8Linear(w16))}
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        kernels["bf16_packed"] = (2, fast.PackedLinear(w16))
     for name, (size, f) in kernels.items():
         lim[f"gemv_{name}_GBps"] = rows * cols * size / timeit(lambda: f(x), 20) / 1e9
     return lim
@@ -132,8 +128,9 @@ def attention_kernels(cfg, contexts=(2048, 8192)):
 def prefill_shares(model, ids):
     """Where one prefill of the fast path goes: seconds in the DeltaNet mixers (and in their chunked
     rule), the attention mixers, the MLPs and the rest, timed with hooks around each module."""
+    from qwen import deltanet
     spent = {"DeltaNet mixers": 0.0, "chunked rule": 0.0, "attention mixers": 0.0, "MLPs": 0.0}
-    hooks, rule = [], fast.chunk_gated_delta_rule
+    hooks, rule = [], deltanet.chunk_gated_delta_rule
 
     def timed(name, f):
         def run(*a, **kw):
@@ -144,20 +141,21 @@ def prefill_shares(model, ids):
                 spent[name] += time.perf_counter() - t0
         return run
     for layer in model.layers:
-        for module, name in ((layer.mixer, "DeltaNet mixers" if layer.is_deltanet
+        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+        for module, name in ((mixer, "DeltaNet mixers" if hasattr(layer, "linear_attn")
                               else "attention mixers"), (layer.mlp, "MLPs")):
             module.forward = timed(name, module.forward)
             hooks.append(module)
-    fast.chunk_gated_delta_rule = timed("chunked rule", rule)
+    deltanet.chunk_gated_delta_rule = timed("chunked rule", rule)
     try:
         with torch.no_grad():
-            model(ids[:, :16], cache=Cache(model.cfg), last_only=True)      # warm-up
+            model(ids[:, :16], cache=model.new_cache(), last_only=True)      # warm-up
             spent.update(dict.fromkeys(spent, 0.0))
             t0 = time.perf_counter()
-            model(ids, cache=Cache(model.cfg), last_only=True)
+            model(ids, cache=model.new_cache(), last_only=True)
             total = time.perf_counter() - t0
     finally:
-        fast.chunk_gated_delta_rule = rule
+        deltanet.chunk_gated_delta_rule = rule
         for module in hooks:
             del module.forward
     parts = {k: v / total for k, v in spent.items()}
@@ -173,8 +171,8 @@ class Ours:
         self.model = model
 
     @torch.no_grad()
-    def prefill(self, ids):
-        self.cache = Cache(self.model.cfg)
+    def prefill(self, ids, room=256):
+        self.cache = self.model.new_cache(max_tokens=ids.shape[1] + room)
         return self.model(ids, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
 
     @torch.no_grad()
@@ -328,6 +326,91 @@ def summarize(times, tokens, base):
 # --8<-- [end:measure]
 
 
+# ---------------------------------------------------------------------------- the steps
+CHAPTER = {"clear": 9, "mapped load": 14, "joined projections": 14, "activations": 13,
+           "packed weights": 15, "fused norms": 15, "decode conv": 15, "sdpa prompts": 15,
+           "grouped decode": 15, "roomy cache": 15, "in-place state": 15,
+           "int8": 16, "w8a8": 16, "int4": 16}
+
+
+def chain_specs():
+    """The steps of qwen.fast in the book's order, each model with every step before it: the bf16
+    chain from the clear model, then the quantized one (its kernels replace the packed weights)."""
+    names = list(fast.STEPS)
+    bf16 = [("clear", None)] + [(n, {"steps": names[:i + 1]}) for i, n in enumerate(names)]
+    plain = [n for n in names if n != "packed weights"]
+    kinds = ["int8", "w8a8", "int4"]
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        kinds.remove("w8a8")
+    return {"bf16": bf16, "quantized": [(q, {"steps": plain, "quantize": q}) for q in kinds]}
+
+
+def step_chain(folder, ids, new_tokens, repeats):
+    """Each step's model timed in turn with the one before it (A B B A): prefill of ids and
+    new_tokens decode steps after it, tokens/s and the median of the paired ratios to the step
+    before; what the step did (or chose, and why) from model.steps."""
+    rows, prev = [], None
+    for chain, specs in chain_specs().items():
+        for label, kw in specs:
+            model = (clear_from_pretrained(folder, torch.bfloat16) if kw is None
+                     else fast.from_pretrained(folder, torch.bfloat16, **kw))
+            cur = Ours(model)
+            systems = {"cur": cur, **({"prev": prev} if prev else {})}
+            p = interleaved(systems, prefill_run(ids), repeats)
+            d = interleaved(systems, decode_run(ids, new_tokens), repeats)
+            row = {"step": label, "chain": chain, "chapter": CHAPTER[label],
+                   "did": "the model of Stage 1" if kw is None else
+                   model.steps.get(label, model.steps.get("quantize", "")),
+                   "prefill_tok_s": ids.shape[1] / statistics.median(p["cur"]),
+                   "decode_tok_s": new_tokens / statistics.median(d["cur"])}
+            if prev:
+                row["prefill_x_prev"] = statistics.median(a / b for a, b in zip(p["prev"], p["cur"]))
+                row["decode_x_prev"] = statistics.median(a / b for a, b in zip(d["prev"], d["cur"]))
+            rows.append(row)
+            print(f"  step {label:20} prefill {row['prefill_tok_s']:8.2f}  decode "
+                  f"{row['decode_tok_s']:6.2f}  {row['did']}", flush=True)
+            prev = cur
+    return rows
+
+
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
+
+
+def cpu_info():
+    """The CPU by name, and the features torch's kernels choose by (from /proc/cpuinfo)."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags |= set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    if platform.machine() in ("arm64", "aarch64"):
+        flags.add("neon")
+    return {"name": machine_name().rsplit(",", 1)[0], "flags": [f for f in CPU_FLAGS if f in flags],
+            "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
+
+
+def steps_table(res):
+    """The steps, one row each: tokens/s and the paired ratio to the step before."""
+    cpu = res["cpu"]
+    lines = [f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · {res['threads']} threads",
+             f"prefill of {res['steps_prompt']} tokens, then {res['new_tokens']} decode steps; tokens/s,"
+             f" median of {res['repeats']} (x = median of paired ratios to the step before)",
+             f"{'step':22}{'ch':>3}{'prefill':>16}{'decode':>15}  what it did"]
+    for r in res["steps"]:
+        px = f" x{r['prefill_x_prev']:.2f}" if "prefill_x_prev" in r else ""
+        dx = f" x{r['decode_x_prev']:.2f}" if "decode_x_prev" in r else ""
+        lines.append(f"{r['step']:22}{r['chapter']:>3}{r['prefill_tok_s']:>9.2f}{px:<7}"
+                     f"{r['decode_tok_s']:>8.2f}{dx:<7}  {r['did']}")
+    for name, row in res.get("steps_reference", {}).items():
+        lines.append(f"{name:22}{'':>3}{row['prefill_tok_s']:>9.2f}{'':7}{row['decode_tok_s']:>8.2f}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="the tiny test model (a smoke run)")
@@ -353,6 +436,9 @@ def main(argv=None):
                     "that run lacks (attention kernels, prefill shares, compile times, paired "
                     "contexts) now, and add it to its results")
     ap.add_argument("--make-random-08b", action="store_true", help="build the checkpoint and exit")
+    ap.add_argument("--steps-only", action="store_true", help="time only the chain of Stage 3's "
+                    "steps (and transformers next to the clear model): docs/outputs/bench_steps.*")
+    ap.add_argument("--steps-prompt", type=int, default=128, help="prompt length of the steps chain")
     ap.add_argument("--from-json", type=Path, help="print (and --write) the results of an earlier "
                     "--json run instead of measuring")
     args = ap.parse_args(argv)
@@ -370,6 +456,9 @@ def main(argv=None):
     if args.make_random_08b:
         print(make_random_08b())
         return 0
+    if args.write and args.tiny:
+        ap.error("--write records the book's benchmark of the 0.8B shapes in docs/outputs; a --tiny run "
+                 "is a smoke test: keep its results with --json FILE instead")
     if args.from_json:
         res = json.loads(args.from_json.read_text())
         if args.measure_parts:       # what that run lacks, measured now on this machine and added
@@ -404,10 +493,19 @@ def main(argv=None):
             res["parts_measured_after"] = True
             if args.json:
                 args.json.write_text(json.dumps(res, indent=1) + "\n")
-        text = table(res)
-        print(text)
-        if args.write:
-            write_outputs(res, text, RANDOM_08B if "0.8B" in res["model"] else tiny_folder())
+        if args.write and "0.8B" not in res["model"]:
+            ap.error(f"--write: {args.from_json} is a run on the {res['model']}, not on the 0.8B shapes; "
+                     "the book's docs/outputs/bench_* keep the 0.8B runs only")
+        if "prefill" in res:
+            text = table(res)
+            print(text)
+            if args.write:
+                write_outputs(res, text, RANDOM_08B)
+        if "steps" in res:
+            text = steps_table(res)
+            print(text)
+            if args.write:
+                write_outputs(res, text, RANDOM_08B, "bench_steps")
         return 0
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -424,9 +522,35 @@ def main(argv=None):
         fast_contexts = [int(n) for n in args.fast_contexts.split(",") if n]
         long = [int(n) for n in args.long.split(",") if n]
     cfg = Config.load(folder)
-    res = {"machine": machine_name(), "threads": args.threads, "model": "tiny test model"
-           if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights", "repeats": args.repeats,
-           "new_tokens": args.new_tokens}
+    res = {"machine": machine_name(), "cpu": cpu_info(), "threads": args.threads,
+           "model": "tiny test model" if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
+           "repeats": args.repeats, "new_tokens": args.new_tokens}
+    n = 16 if args.tiny else args.steps_prompt
+    res["steps_prompt"] = n
+    res["steps"] = step_chain(folder, prompt_ids(cfg, n), args.new_tokens, args.repeats)
+    if not args.no_transformers:           # the reference, timed in turn with the clear model
+        pair = {"transformers": Transformers(folder, torch.bfloat16),
+                "clear": Ours(clear_from_pretrained(folder, torch.bfloat16))}
+        p = interleaved(pair, prefill_run(prompt_ids(cfg, n)), args.repeats)
+        d = interleaved(pair, decode_run(prompt_ids(cfg, n), args.new_tokens), args.repeats)
+        res["steps_reference"] = {"transformers": {
+            "prefill_tok_s": n / statistics.median(p["transformers"]),
+            "decode_tok_s": args.new_tokens / statistics.median(d["transformers"]),
+            "prefill_x_clear": statistics.median(a / b for a, b in zip(p["clear"], p["transformers"])),
+            "decode_x_clear": statistics.median(a / b for a, b in zip(d["clear"], d["transformers"]))}}
+        del pair
+    if args.steps_only:
+        res["limits"] = machine_limits(args.tiny)
+        res["load"] = {name: load_in_subprocess(folder, name, args.threads) for name in ("clear", "fast")}
+        res["load_avg"] = {"before": load0, "after": os.getloadavg()}
+        res["seconds"] = time.perf_counter() - started
+        text = steps_table(res)
+        print(text)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1) + "\n")
+        if args.write:
+            write_outputs(res, text, folder, "bench_steps")
+        return 0
 
     # loading: each in a fresh process, so that peak memory is its own
     res["load"] = {name: load_in_subprocess(folder, name, args.threads)
@@ -435,10 +559,12 @@ def main(argv=None):
     res["attention"] = attention_kernels(cfg, (64, 256) if args.tiny else (2048, 8192))
     res["attention_layers"] = cfg.layer_types.count("full_attention")
     bf16 = torch.bfloat16
-    systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16, fast=False)),
+    systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16)),
                "ours fast": Ours(fast.from_pretrained(folder, bf16)),
                "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8")),
-               "ours w8a8": Ours(fast.from_pretrained(folder, bf16, quantize="w8a8"))}
+               "ours int4": Ours(fast.from_pretrained(folder, bf16, quantize="int4"))}
+    if "fbgemm" in torch.backends.quantized.supported_engines:
+        systems["ours w8a8"] = Ours(fast.from_pretrained(folder, bf16, quantize="w8a8"))
     if args.compile:                 # an empty compile cache: the compile time a first run pays
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-inductor-")
         systems["ours compiled"] = Compiled(fast.from_pretrained(folder, bf16))
@@ -493,6 +619,7 @@ def main(argv=None):
         args.json.write_text(json.dumps(res, indent=1) + "\n")
     if args.write:
         write_outputs(res, text, folder)
+        write_outputs(res, steps_table(res), folder, "bench_steps")
     return 0
 
 
@@ -517,18 +644,24 @@ def machine_name():
 
 
 LOAD_CODE = """
-import resource, sys, time, torch
+import time
+t0 = time.perf_counter()
+import resource, sys, torch
 torch.set_num_threads(int(sys.argv[3]))
 from qwen import fast
 from qwen.model import from_pretrained
-t0 = time.perf_counter()
+t1 = time.perf_counter()
 if sys.argv[2] == "clear":
-    m = from_pretrained(sys.argv[1], torch.bfloat16, fast=False)
+    m = from_pretrained(sys.argv[1], torch.bfloat16)
 else:
     m = fast.from_pretrained(sys.argv[1], torch.bfloat16,
                              quantize=None if sys.argv[2] == "fast" else sys.argv[2])
-t = time.perf_counter() - t0
-print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+t2 = time.perf_counter()
+with torch.no_grad():          # the first token of a 128-token prompt
+    m(torch.randint(0, 200000, (1, 128), generator=torch.Generator().manual_seed(0)),
+      cache=m.new_cache(max_tokens=256), last_only=True).argmax(-1)
+t3 = time.perf_counter()
+print(t2 - t1, t3 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
@@ -556,37 +689,47 @@ def compile_in_subprocess(folder, threads, new_tokens, cache_dir=None):
 
 
 def load_in_subprocess(folder, kind, threads):
-    """(seconds, peak RSS bytes) of loading the model in a fresh Python."""
+    """Seconds to load the model in a fresh Python, seconds from its start to the first token of a
+    128-token prompt (imports, load, prefill), and its peak RSS in bytes."""
     out = subprocess.run([sys.executable, "-c", LOAD_CODE, str(folder), kind, str(threads)],
                          capture_output=True, text=True, cwd=ROOT, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    t, rss = out.stdout.split()[-2:]
-    return {"seconds": float(t), "peak_rss": int(rss)}
+    t, first, rss = out.stdout.split()[-3:]
+    return {"seconds": float(t), "first_token_s": float(first), "peak_rss": int(rss)}
 
 
 def bounds(cfg, lim):
     """Tokens per second the machine allows: decode by bandwidth (every weight read once per token,
-    the tied table once, as the head), prefill by GEMM rate (2 FLOP per weight and prompt token; the
-    embedding is a lookup, and the head runs for the last position only, so the table does not count;
-    the attention scores, which grow with the prompt, are left out: a bound for short prompts)."""
+    the tied table once, as the head, at each format's real bytes per weight: int8 1 (one scale per
+    row is negligible), our int4 0.625 (4 bits and a bf16 scale and offset per 32), llama.cpp's q8_0
+    1.0625 (a fp16 scale per 32) and q4_0 0.5625, with its table kept at q6_K, 0.8203), prefill by
+    GEMM rate (2 FLOP per weight and prompt token; the embedding is a lookup, and the head runs for
+    the last position only, so the table does not count; the attention scores, which grow with the
+    prompt, are left out: a bound for short prompts)."""
     from qwen.weights import parameter_budget
     budget = parameter_budget(cfg)
-    params = sum(budget.values())
+    params, head = sum(budget.values()), budget["embedding"]
+    read = lim["read_GBps"] * 1e9
     return {"params": params,
-            "decode_bf16_tok_s": lim["read_GBps"] * 1e9 / (2 * params),
-            "decode_int8_tok_s": lim["read_GBps"] * 1e9 / params,
+            "decode_bf16_tok_s": read / (2 * params),
+            "decode_int8_tok_s": read / params,
+            "decode_int4_tok_s": read / (0.625 * params),
+            "decode_q8_0_tok_s": read / (1.0625 * params),
+            "decode_q4_0_tok_s": read / (0.5625 * (params - head) + 0.8203 * head),
             "prefill_tok_s": max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"]) * 1e9
-            / (2 * (params - budget["embedding"]))}
+            / (2 * (params - head))}
 
 
 SHORT = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "ours w8a8": "w8a8",
-         "ours compiled": "compiled", "transformers": "hf"}
-EIGHT_BIT = ("int8", "w8a8", "q8")          # systems whose bound is the int8 one
+         "ours int4": "int4", "ours compiled": "compiled", "transformers": "hf"}
 
 
 def bound_of(name, b):
-    """The decode bound of a system: int8's for 8-bit weights, bf16's for the others."""
-    return b["decode_int8_tok_s" if any(e in name for e in EIGHT_BIT) else "decode_bf16_tok_s"]
+    """The decode bound of a system: that of its weights' format (bf16 for the unquantized)."""
+    for key in ("q4_0", "q8_0", "int4", "int8", "w8a8"):
+        if key in name:
+            return b.get(f"decode_{'int8' if key == 'w8a8' else key}_tok_s", b["decode_int8_tok_s"])
+    return b["decode_bf16_tok_s"]
 
 
 def short(name):
@@ -712,6 +855,36 @@ def flat_values(res):
     return v
 
 
+def steps_values(res):
+    """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast") }}."""
+    v = {"cpu": res["cpu"]["name"], "cpu_flags": ", ".join(res["cpu"]["flags"]),
+         "threads": str(res["threads"])}
+    rows = {r["step"]: r for r in res["steps"]}
+    for r in res["steps"]:
+        key = r["step"].replace(" ", "_").replace("-", "_")
+        v[f"{key}_prefill"], v[f"{key}_decode"] = f"{r['prefill_tok_s']:.1f}", f"{r['decode_tok_s']:.2f}"
+        for k in ("prefill", "decode"):
+            if f"{k}_x_prev" in r:
+                v[f"{key}_{k}_x"] = f"{r[f'{k}_x_prev']:.2f}"
+        v[f"{key}_did"] = r["did"]
+    fast_row = [r for r in res["steps"] if r["chain"] == "bf16"][-1]
+    for k in ("prefill", "decode"):
+        v[f"fast_{k}"] = f"{fast_row[f'{k}_tok_s']:.1f}"
+        v[f"fast_vs_clear_{k}"] = f"{fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
+        hf = res.get("steps_reference", {}).get("transformers")
+        if hf:
+            v[f"hf_{k}"] = f"{hf[f'{k}_tok_s']:.1f}"
+            v[f"clear_vs_hf_{k}"] = f"{hf[f'{k}_x_clear']:.2f}"
+            # the chain's end against transformers: each ratio measured in turn, multiplied along
+            v[f"fast_vs_hf_{k}"] = f"{hf[f'{k}_x_clear'] * fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
+    for k, x in res.get("load", {}).items():
+        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
+        if "first_token_s" in x:
+            v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
+    v.update({k: f"{x:.1f}" for k, x in res.get("limits", {}).items()})
+    return v
+
+
 def write_outputs(res, text, folder, name="bench_08b"):
     """docs/outputs/<name>.txt and .json (with "measured": true) and its figures, as book.regen would."""
     import hashlib
@@ -720,8 +893,10 @@ def write_outputs(res, text, folder, name="bench_08b"):
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
     os.environ["BOOK_OUT"] = str(scratch)
     try:
-        if res["long_prefill"]:
+        if name == "bench_08b" and res.get("long_prefill"):
             out.save_figure(f"{name}_prefill_length", lambda t: draw_long(res, t))
+        if name == "bench_steps":
+            out.save_figure("bench_steps", lambda t: draw_steps(res, t))
         figures = sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
         sha = hashlib.sha256()
         for f in sorted(folder.glob("*.safetensors")):
@@ -731,7 +906,8 @@ def write_outputs(res, text, folder, name="bench_08b"):
         prov = {"script": "scripts/bench.py", "model": res["model"], "weights_sha256": sha.hexdigest(),
                 "torch": torch.__version__, "python": platform.python_version(),
                 "device": f"cpu ({platform.machine()}, {res['threads']} threads)", "dtype": "bfloat16",
-                "seconds": round(res["seconds"], 1), "values": flat_values(res),
+                "seconds": round(res["seconds"], 1),
+                "values": steps_values(res) if name == "bench_steps" else flat_values(res),
                 "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}), "measured": True,
                 "machine": res["machine"], "threads": res["threads"],
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
@@ -749,6 +925,38 @@ def write_outputs(res, text, folder, name="bench_08b"):
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         os.environ.pop("BOOK_OUT", None)
+
+
+STEP_ZH = {"clear": "清晰版（第一部分）", "mapped load": "映射加载", "joined projections": "合并投影",
+           "activations": "激活精度", "packed weights": "预排权重", "fused norms": "融合归一化",
+           "decode conv": "解码卷积", "sdpa prompts": "提示词 SDPA", "grouped decode": "分组解码注意力",
+           "roomy cache": "预留缓存", "in-place state": "原地状态"}
+
+
+def draw_steps(res, t):
+    """Tokens/s after each step, prefill and decode side by side, the chains one after the other."""
+    import matplotlib.pyplot as plt
+    rows = res["steps"]
+    labels = [t(STEP_ZH.get(r["step"], r["step"]), r["step"]) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 0.32 * len(rows) + 1.2), sharey=True)
+    for ax, kind, title in zip(axes, ("prefill", "decode"),
+                               (t(f"预填充 {res['steps_prompt']} 词元", f"prefill {res['steps_prompt']} tokens"),
+                                t("解码", "decode"))):
+        values = [r[f"{kind}_tok_s"] for r in rows]
+        colors = ["#888888" if r["step"] == "clear" else "#4c72b0" if r["chain"] == "bf16" else "#dd8452"
+                  for r in rows]
+        ax.barh(range(len(rows)), values, color=colors)
+        hf = res.get("steps_reference", {}).get("transformers")
+        if hf:
+            ax.axvline(hf[f"{kind}_tok_s"], color="#c44e52", ls="--", lw=1, label="transformers")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(t("词元/秒", "tokens/s"), fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_yticks(range(len(rows)), labels)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    return fig
 
 
 def draw_long(res, t):

@@ -12,7 +12,7 @@ from qwen.weights import Config, find_model
 
 torch.set_grad_enabled(False)
 path = find_model()
-model = from_pretrained(path, torch.float32, fast=False)
+model = from_pretrained(path, torch.float32)
 cfg = model.cfg
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):

@@ -11,7 +11,7 @@ from qwen.weights import find_model
 
 torch.manual_seed(0)
 path = find_model()
-model = from_pretrained(path, torch.float32, fast=False)
+model = from_pretrained(path, torch.float32)
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):
     print("(the tiny test model: its weights are random, so its text is random too)\n")

@@ -11,7 +11,7 @@ from qwen.model import from_pretrained
 from qwen.weights import find_model
 
 path = find_model()
-model = from_pretrained(path, torch.float32, fast=False)
+model = from_pretrained(path, torch.float32)
 tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 if is_tiny(path):
     print("(the tiny test model: its weights are random, so its answers are random too)\n")

@@ -1,27 +1,16 @@
 """Chapter 13: what one token costs. Bytes and FLOPs per token from the 0.8B config, and the
 operator calls of one decode step, counted by the profiler (measured times: scripts/bench.py)."""
-import json
-import sys
-import tempfile
-from pathlib import Path
-
 import torch
 from torch.profiler import profile
 
 from book import tiny
 from book.out import record
-from qwen.cache import Cache
+from qwen import fast
 from qwen.model import from_pretrained
 from qwen.weights import Config, find_model, parameter_budget
 
-sys.path.insert(0, "scripts")                            # run from the repository root, as always
-from bench import TEXT_08B                               # noqa: E402  (the benchmark's 0.8B config)
-
 torch.set_grad_enabled(False)
-with tempfile.TemporaryDirectory() as d:                 # the 0.8B config, without its weights
-    (Path(d) / "config.json").write_text(json.dumps({**tiny.OFFICIAL_CONFIG,
-                                                      "text_config": {**tiny.TEXT, **TEXT_08B}}))
-    cfg = Config.load(d)
+cfg = Config.load("book/data/qwen3.5-0.8b")              # the official config.json, no weights
 params = sum(parameter_budget(cfg).values())
 head = cfg.vocab_size * cfg.hidden_size
 print(f"Qwen3.5-0.8B: {params:,} parameters; the output layer (the tied table) has {head:,}, "
@@ -37,9 +26,9 @@ record(params=f"{params:,}", head_share=f"{head / params:.0%}",
 # One decode step of the model at hand, clear and fast: how many operator calls it makes.
 path = find_model()
 counts = {}
-for label, fast in (("clear", False), ("fast", True)):
-    model = from_pretrained(path, torch.float32, fast=fast)
-    cache = Cache(model.cfg)
+for label, load in (("clear", from_pretrained), ("fast", fast.from_pretrained)):
+    model = load(path, torch.float32)
+    cache = model.new_cache()
     x = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]]), cache=cache, last_only=True)[:, -1:]
     with profile() as prof:
         model(x.argmax(-1), cache=cache, last_only=True)

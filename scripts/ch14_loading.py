@@ -4,7 +4,6 @@ import torch
 
 from book.tiny import is_tiny
 from qwen import fast
-from qwen.model import from_pretrained
 from qwen.weights import find_model
 
 path = find_model()
@@ -25,17 +24,20 @@ for name in sorted(n for n in W if n.startswith(p) and "proj" in n):
     print(f"  {name[len(p):]:30} bytes {start:>10,} .. {start + t.nbytes:>10,}  {tuple(t.shape)}")
 # --8<-- [end:layout]
 
-model = from_pretrained(path, torch.bfloat16)                    # the fast path
+# chapter 14's two steps: load on the meta device from the map, then join the projections
+model = fast.from_pretrained(path, torch.bfloat16, steps=["mapped load", "joined projections"])
 storage = model.embed_tokens.weight.untyped_storage()           # its own map of the file
-layer = model.layers[0]
-for label, f in (("DeltaNet in_proj", layer.mixer.in_proj), ("MLP gate_up", layer.mlp.gate_up)):
-    view = f.proj.w.untyped_storage().data_ptr() == storage.data_ptr()
-    print(f"{label:17} rows {f.keys} {f.sizes}: a view of the file (no copy): {view}")
-attn = next(layer.mixer for layer in model.layers if not layer.is_deltanet)
-print(f"{'attention qkv':17} rows {attn.qkv.keys} {attn.qkv.sizes}: a view of the file (no copy): "
-      f"{attn.qkv.proj.w.untyped_storage().data_ptr() == storage.data_ptr()}"
-      "  (o_proj lies between k_proj and q_proj)")
-copied = sum(b.nbytes for m in model.modules() for b in m.buffers(recurse=False)
-             if b.untyped_storage().data_ptr() != storage.data_ptr())
+deltanet = model.layers[0].linear_attn
+attn = next(layer.self_attn for layer in model.layers if hasattr(layer, "self_attn"))
+for label, f in (("DeltaNet in_proj", deltanet.in_proj), ("MLP gate_up", model.layers[0].mlp.gate_up_proj),
+                 ("attention qkv", attn.qkv_proj)):
+    view = f.proj.weight.untyped_storage().data_ptr() == storage.data_ptr()
+    rows = [n.removesuffix("_proj").removeprefix("in_proj_") for n in f.names]
+    print(f"{label:17} rows {rows} {f.sizes}: a view of the file (no copy): {view}")
+print("(attention: o_proj lies between k_proj and q_proj in the file, so its three are copied)")
+copied = sum(t.nbytes for t in [*model.parameters(), *model.buffers()]
+             if t.untyped_storage().data_ptr() != storage.data_ptr())
 print(f"bytes copied at load: {copied:,} of {file.stat().st_size:,} "
-      "(the joined attention projections and the fp32 norms)")
+      "(the joined attention projections, and RoPE's frequencies)")
+print("the model is still the reader's:", type(model).__mro__[-3].__name__,
+      "| layer 0 mixer:", " -> ".join(c.__name__ for c in type(deltanet).__mro__[:-2]))

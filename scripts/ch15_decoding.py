@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from book.out import record
 from book.tiny import is_tiny
-from qwen.cache import Cache
+from qwen import fast
 from qwen.generate import generate
 from qwen.model import from_pretrained
 from qwen.weights import find_model
@@ -15,8 +15,9 @@ torch.manual_seed(0)
 path = find_model()
 if is_tiny(path):
     print("(the tiny test model: random weights, so only equality means something here)\n")
-clear = from_pretrained(path, torch.float32, fast=False)
-model = from_pretrained(path, torch.float32)                       # fast by default
+clear = from_pretrained(path, torch.float32)
+model = fast.from_pretrained(path, torch.float32)                  # every step of chapters 14-15
+print("steps:", ", ".join(model.steps))
 ids = torch.randint(0, 200_000, (1, 150))
 a, b = clear(ids), model(ids)
 rel = ((a - b).abs().max() / a.abs().max()).item()
@@ -35,14 +36,14 @@ print("scaled_dot_product_attention(enable_gqa=True) == softmax by hand with cop
       torch.allclose(fused, by_hand, atol=1e-5))
 # --8<-- [end:sdpa]
 
-cache_clear, cache_fast = Cache(clear.cfg), Cache(model.cfg)
+cache_clear, cache_fast = clear.new_cache(), model.new_cache()     # a KV cache with room set aside
 clear(ids[:, :100], cache=cache_clear)
 model(ids[:, :100], cache=cache_fast)
 room = []
 for t in range(100, 150):
     clear(ids[:, t:t + 1], cache=cache_clear)
     model(ids[:, t:t + 1], cache=cache_fast)
-    room.append(cache_fast.layers[3].kbuf.shape[2])
+    room.append(cache_fast.layers[3].kbuf.shape[2])                # the first attention layer
 print(f"after 150 tokens: cache bytes equal: {cache_clear.nbytes() == cache_fast.nbytes()}; "
       f"room in the fast KV cache: {sorted(set(room))} tokens (it doubles when full)")
 record(greedy_equal=same, rel_lt=rel < 1e-4)

@@ -1,14 +1,15 @@
 """Chapter 16: reading fewer bytes. int8 weights with one scale per output row: the bytes saved, and
-what it costs in accuracy next to bf16's own cost; then int8 activations too (w8a8), measured on
-decode steps, where they are used."""
+what it costs in accuracy next to bf16's own cost; int4 in groups of 32; then int8 activations too
+(w8a8), measured on decode steps, where they are used."""
 import torch
+import torch.nn as nn
 
 from book.out import record
 from book.tiny import is_tiny
-from qwen.cache import Cache
-from qwen.fast import FastQwen, Linear
+from qwen import fast
+from qwen.embedding import LMHead
 from qwen.model import from_pretrained
-from qwen.quant import Int8Linear, dequantize_int8, quantize_int8
+from qwen.quant import Int4Linear, Int8Linear, dequantize_int8, quantize_int8
 from qwen.weights import find_model
 
 torch.set_grad_enabled(False)
@@ -24,41 +25,56 @@ print("q =", q.tolist(), " scales =", [f"{x:.5f}" for x in s.tolist()])
 print("dequantized:", [[round(x, 4) for x in row] for row in dequantize_int8(q, s).tolist()])
 # --8<-- [end:rows]
 
+# the steps of chapters 14-15 without the packing (int8 replaces those weights anyway), and
+# activations named, not measured, so that every machine prints the same rows
+plain = [s for s in fast.STEPS if s != "packed weights"]
+bf16 = torch.bfloat16
+
+
+def made(activations="fp32", quantize=None):
+    return fast.from_pretrained(path, bf16, steps=plain, activations=activations, quantize=quantize)
+
+
 fp32 = from_pretrained(path, torch.float32)
-variants = {"clear bf16": from_pretrained(path, torch.bfloat16, fast=False),
-            "fast bf16": from_pretrained(path, torch.bfloat16)}
-head_only = from_pretrained(path, torch.bfloat16)
-head_only.lm_head = Int8Linear(head_only.lm_head.w)            # the head first: a third of 0.8B
+variants = {"clear bf16": from_pretrained(path, bf16),
+            "fast bf16": made("bf16"), "fast bf16, fp32 act": made("fp32")}
+head_only = made()
+head_only.lm_head = Int8Linear(head_only.lm_head.weight)        # the head first: a third of 0.8B
 variants["int8 head only"] = head_only
-variants["int8 everywhere"] = from_pretrained(path, torch.bfloat16, quantize="int8")
+variants["int8 everywhere"] = made(quantize="int8")
+variants["int4 everywhere"] = made(quantize="int4")
 
 
 def read_bytes(model):
     """Bytes of weights one decode step reads: every matrix, the head included; the embedding
     table only as the head (a lookup reads one row)."""
-    if not isinstance(model, FastQwen):
-        return sum(p.nbytes for p in model.parameters() if p.dim() == 2)   # tied: counted once
-    return sum(m.w.nbytes if isinstance(m, Linear) else m.q.nbytes + m.s.nbytes
-               for m in model.modules() if isinstance(m, (Linear, Int8Linear)))
+    total = 0
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, LMHead)):
+            total += m.weight.nbytes
+        elif isinstance(m, (Int8Linear, Int4Linear)):
+            total += sum(b.nbytes for b in m.buffers())
+    return total
 
 
 ids = torch.randint(0, 200_000, (1, 200))
 ref = fp32(ids)
-print(f"\n{'':16}{'bytes read':>14}{'top-1 = fp32':>14}")
+print(f"\n{'':20}{'bytes read':>14}{'top-1 = fp32':>14}")
 agree = {}
 for name, m in variants.items():
     agree[name] = (m(ids).float().argmax(-1) == ref.argmax(-1)).float().mean().item()
-    print(f"{name:16}{read_bytes(m):>14,}{agree[name]:>14.1%}")
+    print(f"{name:20}{read_bytes(m):>14,}{agree[name]:>14.1%}")
 
 # --8<-- [start:decode]
 # w8a8 rounds the activations only when decoding (a few rows): measure it there, step by step, each
 # step fed the same token as fp32's
-variants["w8a8"] = from_pretrained(path, torch.bfloat16, quantize="w8a8")
+if "fbgemm" in torch.backends.quantized.supported_engines:
+    variants["w8a8"] = made(quantize="w8a8")
 prompt, steps = 100, 50
 
 
 def decode_logits(model):
-    cache = Cache(model.cfg)
+    cache = model.new_cache(max_tokens=prompt + steps)
     model(ids[:, :prompt], cache=cache)
     return torch.cat([model(ids[:, t:t + 1], cache=cache).float()
                       for t in range(prompt, prompt + steps)], dim=1)
@@ -66,17 +82,25 @@ def decode_logits(model):
 
 ref = decode_logits(fp32)
 print(f"\n{steps} decode steps after {prompt} tokens")
-print(f"{'':16}{'top-1 = fp32':>14}{'logit error':>14}")
+print(f"{'':20}{'top-1 = fp32':>14}{'logit error':>14}")
 decode = {}
-for name in ("clear bf16", "fast bf16", "int8 everywhere", "w8a8"):
+for name in ("clear bf16", "fast bf16", "fast bf16, fp32 act", "int8 everywhere",
+             "int4 everywhere", "w8a8"):
+    if name not in variants:
+        continue
     got = decode_logits(variants[name])
     top1 = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
     err = ((got - ref).norm() / ref.norm()).item()                    # relative, over all logits
     decode[name] = top1, err
-    print(f"{name:16}{top1:>14.1%}{err:>14.2%}")
+    print(f"{name:20}{top1:>14.1%}{err:>14.2%}")
 # --8<-- [end:decode]
-record(**{f"decode_agree_{k.split()[0]}": f"{a:.1%}" for k, (a, _) in decode.items()},
-       **{f"decode_err_{k.split()[0]}": f"{e:.2%}" for k, (_, e) in decode.items()},
-       **{f"agree_{k.replace(' ', '_')}": f"{v:.1%}" for k, v in agree.items()},
-       bytes_bf16=f"{read_bytes(variants['fast bf16']):,}",
-       bytes_int8=f"{read_bytes(variants['int8 everywhere']):,}")
+
+
+def key(name):
+    return name.replace(",", "").replace(" ", "_")
+
+
+record(**{f"decode_agree_{key(k)}": f"{a:.1%}" for k, (a, _) in decode.items()},
+       **{f"decode_err_{key(k)}": f"{e:.2%}" for k, (_, e) in decode.items()},
+       **{f"agree_{key(k)}": f"{v:.1%}" for k, v in agree.items()},
+       **{f"bytes_{key(k)}": f"{read_bytes(m):,}" for k, m in variants.items()})

@@ -1,5 +1,7 @@
-"""The fast path (qwen/fast.py, qwen/quant.py) computes what the clear model computes: fp32 logits to
-1e-4, bf16 and int8 no further from fp32 than stated, the same greedy tokens, the same cache."""
+"""Stage 3's steps (qwen/fast.py, qwen/quant.py) compute what the clear model computes: after every
+step, applied in the book's order, fp32 logits equal the clear model's to 1e-4, with and without a
+cache; bf16, int8, w8a8 and int4 are no further from fp32 than stated next to the clear bf16 error;
+the result is still a qwen.model.Qwen made of the clear classes, whose tensors .to() moves."""
 import json
 import subprocess
 import sys
@@ -7,13 +9,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from book.tiny import path as tiny_path
 from qwen import fast
+from qwen.attention import Attention
 from qwen.cache import Cache
+from qwen.deltanet import GatedDeltaNet
 from qwen.generate import generate
-from qwen.model import from_pretrained
-from qwen.quant import Int8Linear, W8A8Linear, dequantize_int8, quantize_int8
+from qwen.mlp import MLP
+from qwen.model import Qwen, from_pretrained
+from qwen.quant import Int4Linear, Int8Linear, W8A8Linear, dequantize_int8, quantize_int8
 from tests.reference import max_diff, our_model, reference_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,78 +27,120 @@ TOL = 1e-4
 FBGEMM = pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines,
                             reason="w8a8 needs torch's fbgemm kernels, which only x86 builds of torch have")
 HEADS = {"unequal": dict(n_k_head=2, n_v_head=4), "equal": dict(n_k_head=2, n_v_head=2)}
+STEPS = list(fast.STEPS)
 
 
-def weights(model):
-    """{name: tensor} of a clear model, the tied head once (as a checkpoint stores it)."""
-    return {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+def save_checkpoint(clear, folder):
+    """The clear model's weights and config as a checkpoint folder (text-only layout, sorted names)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = clear.cfg
+    W = {k: v.contiguous() for k, v in clear.state_dict().items() if k != "lm_head.weight"}
+    save_file({"model." + k: W[k] for k in sorted(W)}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(clear.hf_config))
+    return folder
 
 
 @pytest.fixture(scope="module", params=list(HEADS))
-def pair(request):
-    """(our clear fp32 model, its weights, token ids): T = 150 spans 3 DeltaNet chunks, batch 2."""
-    clear = our_model(reference_model(seed=0, **HEADS[request.param]))
+def pair(request, tmp_path_factory):
+    """(our clear fp32 model, its checkpoint folder, token ids): T = 150 spans 3 chunks, batch 2."""
+    ref = reference_model(seed=0, **HEADS[request.param])
+    clear = our_model(ref)
+    clear.hf_config = ref.config.to_dict()
     ids = torch.randint(0, 512, (2, 150), generator=torch.Generator().manual_seed(1))
-    return clear, weights(clear), ids
+    return clear, save_checkpoint(clear, tmp_path_factory.mktemp("ckpt")), ids
+
+
+def decoded(model, ids, cfg, prompt=40, steps=20):
+    """Logits of a prompt, then of `steps` one-token decode steps, each fed the given ids."""
+    cache = model.new_cache(batch=ids.shape[0], max_tokens=prompt + 8)   # room runs out: it grows
+    out = [model(ids[:, :prompt], cache=cache)]
+    out += [model(ids[:, t:t + 1], cache=cache) for t in range(prompt, prompt + steps)]
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("n", range(1, len(STEPS) + 1), ids=STEPS)
+@torch.no_grad()
+def test_each_step_keeps_the_fp32_logits_of_the_clear_model(pair, n):
+    """The steps up to and including STEPS[n - 1]: one call, and prefill + chunk + decode steps."""
+    clear, folder, ids = pair
+    model = fast.from_pretrained(folder, torch.float32, steps=STEPS[:n])
+    assert list(model.steps) == STEPS[:n]
+    max_diff(f"after {STEPS[n - 1]!r}: one call", model(ids), clear(ids), TOL)
+    max_diff(f"after {STEPS[n - 1]!r}: prefill + 20 decode steps", decoded(model, ids, clear.cfg),
+             clear(ids[:, :60]), TOL)
+    cache = model.new_cache(batch=2)
+    got = torch.cat([model(ids[:, a:b], cache=cache) for a, b in [(0, 40), (40, 90)]], dim=1)
+    max_diff(f"after {STEPS[n - 1]!r}: two chunks across the 64 boundary", got, clear(ids[:, :90]), TOL)
 
 
 @torch.no_grad()
-def test_fp32_logits_equal_the_clear_model(pair):
-    clear, W, ids = pair
-    max_diff("fast fp32 vs clear fp32", fast.FastQwen(clear.cfg, W)(ids), clear(ids), TOL)
+def test_the_fast_model_is_the_clear_model_made_of_its_own_classes(pair):
+    clear, folder, ids = pair
+    model = fast.from_pretrained(folder, torch.float32)
+    assert type(model) is not Qwen and isinstance(model, Qwen)
+    layers = [layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+              for layer in model.layers]
+    assert all(isinstance(m, (GatedDeltaNet, Attention)) for m in layers)
+    assert all(isinstance(layer.mlp, MLP) for layer in model.layers)
+    # every tensor is a parameter or a buffer, so .to() moves all of them (meta: no memory needed)
+    model.to("meta")
+    assert all(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    loose = [f"{name}.{k}" for name, m in model.named_modules() for k, v in vars(m).items()
+             if isinstance(v, torch.Tensor)]
+    assert not loose, f"tensors that .to() would not move: {loose}"
 
 
 @torch.no_grad()
-def test_cache_prefill_chunk_and_decode_steps_equal_one_full_call(pair):
-    clear, W, ids = pair
-    model, full = fast.FastQwen(clear.cfg, W), clear(ids[:, :80])
-    cache = Cache(clear.cfg, batch=2)
-    steps = [(0, 40), (40, 50)] + [(t, t + 1) for t in range(50, 80)]     # crosses the 64 boundary
-    got = torch.cat([model(ids[:, a:b], cache=cache) for a, b in steps], dim=1)
-    assert cache.seq_len == 80
-    max_diff("fast: prefill + chunk + 30 decode steps vs clear full", got, full, TOL)
-    clear_cache = Cache(clear.cfg, batch=2)
-    for a, b in steps:
+def test_a_cache_is_the_callers_own_and_holds_what_the_clear_cache_holds(pair):
+    """The model never replaces the caller's cache entries; the roomy cache reports the bytes it holds."""
+    clear, folder, ids = pair
+    model = fast.from_pretrained(folder, torch.float32)
+    cache, clear_cache = model.new_cache(batch=2, max_tokens=60), clear.new_cache(batch=2)
+    layers = list(cache.layers)
+    for a, b in [(0, 40)] + [(t, t + 1) for t in range(40, 50)]:
+        model(ids[:, a:b], cache=cache)
         clear(ids[:, a:b], cache=clear_cache)
-    assert cache.nbytes() == clear_cache.nbytes(), "the preallocated KV cache reports what it holds"
+    assert all(x is y for x, y in zip(cache.layers, layers))
+    assert cache.seq_len == clear_cache.seq_len == 50
+    assert cache.nbytes() == clear_cache.nbytes()
+    # a plain Cache works too (the fast model does not need its own)
+    plain = Cache(clear.cfg, batch=2)
+    max_diff("fast model, plain cache", model(ids[:, :30], cache=plain), clear(ids[:, :30]), TOL)
+
+
+def test_the_conv_state_does_not_pin_the_prompt(pair):
+    """The DeltaNet cache keeps K - 1 columns in storage of their own, not a view of the whole window."""
+    clear, folder, ids = pair
+    model = fast.from_pretrained(folder, torch.float32)
+    cache = model.new_cache(batch=2)
+    with torch.no_grad():
+        model(ids, cache=cache)
+    conv = cache.layers[0].conv
+    assert conv.untyped_storage().nbytes() == conv.nbytes
 
 
 @torch.no_grad()
-def test_bf16_and_int8_errors_next_to_the_clear_bf16_error(pair):
-    """fast bf16 (fp32 activations) is no further from fp32 than the clear bf16 model; int8 weights
-    cost at most 4x the clear bf16 error. The errors are printed (pytest -s)."""
-    clear, W, ids = pair
-    ref = clear(ids)
-    clear_bf16 = from_weights_bf16(clear, W)(ids).float()
-    bf16_err = max_diff("clear bf16 vs fp32", clear_bf16, ref, 1.0)
-    W16 = {k: v.bfloat16() for k, v in W.items()}
-    max_diff(f"fast bf16 vs fp32 (clear bf16: {bf16_err:.3f})",
-             fast.FastQwen(clear.cfg, W16, torch.bfloat16)(ids), ref, bf16_err * 1.1)
-    int8 = fast.FastQwen(clear.cfg, W16, torch.bfloat16, quantize="int8")(ids)
-    max_diff(f"fast int8 vs fp32 (clear bf16: {bf16_err:.3f})", int8, ref, bf16_err * 4)
-    assert (int8.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
-
-
-@FBGEMM
-@torch.no_grad()
-def test_w8a8_decode_errors_next_to_the_int8_and_bf16_errors(pair):
-    """w8a8 rounds each decode step's activations to 7 bits as well: measured over 20 decode steps after
-    a prompt, against fp32, next to int8's and the clear bf16 model's errors (printed with pytest -s)."""
-    clear, W, ids = pair
-    W16 = {k: v.bfloat16() for k, v in W.items()}
-
-    def decoded(model):
-        cache = Cache(clear.cfg, batch=2)
-        model(ids[:, :40], cache=cache)
-        return torch.cat([model(ids[:, t:t + 1], cache=cache) for t in range(40, 60)], dim=1)
-    ref = decoded(clear)
-    bf16_err = max_diff("clear bf16 decode vs fp32", decoded(from_weights_bf16(clear, W)).float(), ref, 1.0)
-    int8_err = max_diff("fast int8 decode vs fp32", decoded(fast.FastQwen(clear.cfg, W16, torch.bfloat16,
-                                                                          quantize="int8")), ref, 1.0)
-    w8a8 = decoded(fast.FastQwen(clear.cfg, W16, torch.bfloat16, quantize="w8a8"))
-    max_diff(f"fast w8a8 decode vs fp32 (int8: {int8_err:.3f}, clear bf16: {bf16_err:.3f})",
-             w8a8, ref, max(int8_err, bf16_err) * 4)
-    assert (w8a8.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+def test_bf16_int8_int4_and_w8a8_errors_next_to_the_clear_bf16_error(pair):
+    """Each against fp32, over a prompt and 20 decode steps: the fast bf16 model (either activation
+    choice) is no further than 1.5x the clear bf16 model's error; int8 at most 4x, int4 at most 16x;
+    w8a8 at most 4x int8's. The errors are printed (pytest -s)."""
+    clear, folder, ids = pair
+    ref = decoded(clear, ids, clear.cfg)
+    clear16 = from_pretrained(folder, torch.bfloat16)
+    err = max_diff("clear bf16 vs fp32", decoded(clear16, ids, clear.cfg).float(), ref, 1.0)
+    for act in ("bf16", "fp32"):
+        m = fast.from_pretrained(folder, torch.bfloat16, activations=act)
+        assert m.steps["activations"].startswith(act)
+        max_diff(f"fast bf16, {act} activations (clear bf16: {err:.3f})",
+                 decoded(m, ids, clear.cfg), ref, err * 1.5)
+    errs = {}
+    for kind, bound in (("int8", 4 * err), ("int4", 16 * err)):
+        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize=kind), ids, clear.cfg)
+        errs[kind] = max_diff(f"{kind} vs fp32 (clear bf16: {err:.3f})", got, ref, bound)
+        assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+    if "fbgemm" in torch.backends.quantized.supported_engines:
+        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize="w8a8"), ids, clear.cfg)
+        max_diff(f"w8a8 vs fp32 (int8: {errs['int8']:.3f})", got, ref, 4 * max(errs["int8"], err))
 
 
 @FBGEMM
@@ -119,12 +167,6 @@ def test_w8a8_without_fbgemm_says_what_to_use_instead(monkeypatch):
         W8A8Linear(torch.randn(8, 8))
 
 
-def from_weights_bf16(clear, W):
-    from qwen.model import Qwen
-    from qwen.weights import load
-    return load(Qwen(clear.cfg), {k: v.bfloat16() for k, v in W.items()}).requires_grad_(False)
-
-
 def test_int8_rounds_each_weight_to_half_a_step_of_its_row():
     w = torch.randn(64, 48) * torch.logspace(-3, 1, 64)[:, None]      # rows of very different sizes
     q, s = quantize_int8(w)
@@ -133,36 +175,109 @@ def test_int8_rounds_each_weight_to_half_a_step_of_its_row():
     assert (q.abs().amax(1) == 127).all(), "the largest weight of each row uses the full range"
 
 
-def test_greedy_tokens_equal_the_clear_path_on_the_tiny_model():
+def test_int4_kernel_equals_its_dequantized_weight():
+    """torch's int4 kernel computes x @ dequantized(w).T (to bf16 rounding), each weight within half
+    a step of its group, for one row and for many."""
+    from qwen.quant import dequantize_int4, quantize_int4
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 128, generator=gen) * torch.logspace(-2, 0, 64)[:, None]
+    q, s, z = quantize_int4(w)
+    assert ((dequantize_int4(q, s, z) - w).abs() <= s.repeat_interleave(32, 1) / 2 + 1e-6).all()
+    lin = Int4Linear(w)
+    for x in (torch.randn(1, 128, generator=gen), torch.randn(40, 128, generator=gen)):
+        ref = x @ dequantize_int4(q, s, z).T
+        assert ((lin(x) - ref).norm() / ref.norm()) < 1e-2
+    with pytest.raises(ValueError, match="divide by 32"):
+        Int4Linear(torch.randn(8, 40))
+
+
+def test_greedy_tokens_equal_the_clear_model_on_the_tiny_model():
     folder = tiny_path()
     ids = list(range(1000, 1040))
-    clear = from_pretrained(folder, fast=False)
-    model = from_pretrained(folder)                                    # the fast path by default
-    assert isinstance(model, fast.FastQwen)
+    clear = from_pretrained(folder)
+    model = fast.from_pretrained(folder)
     assert list(generate(model, ids, 24)) == list(generate(clear, ids, 24))
-    for q in ("int8", "w8a8") if "fbgemm" in torch.backends.quantized.supported_engines else ("int8",):
-        assert len(list(generate(from_pretrained(folder, torch.bfloat16, quantize=q), ids, 4))) == 4
+    kinds = ("int8", "int4", "w8a8") if "fbgemm" in torch.backends.quantized.supported_engines \
+        else ("int8", "int4")
+    for q in kinds:
+        assert len(list(generate(fast.from_pretrained(folder, torch.bfloat16, quantize=q), ids, 4))) == 4
 
 
-def test_from_pretrained_maps_the_file_and_joins_projections_without_copies():
+def test_mapped_load_views_the_file_and_joins_projections_without_copies():
     folder = tiny_path()
-    model = fast.from_pretrained(folder, torch.bfloat16)
+    steps = [s for s in STEPS if s != "packed weights"]               # packing copies: not here
+    model = fast.from_pretrained(folder, torch.bfloat16, steps=steps)
     file = next(folder.glob("*.safetensors"))
-    w = model.layers[0].mlp.gate_up.proj.w                             # gate_proj | up_proj
+    w = model.layers[0].mlp.gate_up_proj.proj.weight                  # gate_proj | up_proj
     assert w.untyped_storage().nbytes() == file.stat().st_size, "a view of the mapped file"
-    assert model.lm_head.w.data_ptr() == model.embed_tokens.weight.data_ptr(), "tied: one table"
+    assert model.lm_head.weight is model.embed_tokens.weight, "tied: one table"
+    assert not any(p.requires_grad for p in model.parameters())
 
 
-def test_bad_options_and_checkpoints_say_what_is_wrong(tmp_path):
-    with pytest.raises(ValueError, match="int4"):
-        from_pretrained(tiny_path(), quantize="int4")
-    with pytest.raises(ValueError, match="needs the fast path"):
-        from_pretrained(tiny_path(), fast=False, quantize="int8")
-    clear = our_model(reference_model(seed=0))
-    W = weights(clear)
-    W.pop("layers.0.mlp.up_proj.weight")
-    with pytest.raises(ValueError, match="no tensor layers.0.mlp.up_proj.weight"):
-        fast.FastQwen(clear.cfg, fast.Checkpoint(W))
+def test_the_activation_choice_is_measured_and_recorded(monkeypatch):
+    """auto: the faster of two measured matmuls; the choice and its reason are in model.steps."""
+    folder = tiny_path()
+    for faster, slower in (("bf16", "fp32"), ("fp32", "bf16")):
+        monkeypatch.setattr(fast, "matmul_speeds", lambda: {faster: 1.0, slower: 3.0})
+        model = fast.from_pretrained(folder, torch.bfloat16)
+        assert model.steps["activations"].startswith(f"{faster} (a 128-row matmul")
+        assert model.activations == faster
+        assert isinstance(model.embed_tokens, fast.WideEmbedding) == (faster == "fp32")
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                    reason="this CPU's oneDNN has no bf16 kernels: the packing step keeps plain weights")
+def test_packed_weights_compute_what_the_plain_bf16_weight_computes(monkeypatch):
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 64, generator=gen).bfloat16()
+    lin = fast.PackedLinear(w)
+    for x in (torch.randn(1, 64, generator=gen), torch.randn(2, 40, 64, generator=gen)):
+        ref = torch.nn.functional.linear(x.bfloat16(), w).float()
+        got = lin(x)
+        assert got.dtype == x.dtype and got.shape == ref.shape
+        assert ((got - ref).norm() / ref.norm()) < 1e-2
+    folder = tiny_path()
+    for packed, plain, kind in ((1.0, 2.0, fast.PackedLinear), (2.0, 1.0, torch.nn.Linear)):
+        monkeypatch.setattr(fast, "gemv_speeds", lambda: {"plain": plain, "packed": packed})
+        model = fast.from_pretrained(folder, torch.bfloat16)
+        assert model.steps["packed weights"].startswith("packed" if packed < plain else "plain")
+        assert isinstance(model.layers[0].mlp.down_proj, kind)
+    assert "packed weights" not in fast.from_pretrained(folder, torch.bfloat16, quantize="int8").steps
+
+
+def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
+    clear, folder, ids = pair
+    with pytest.raises(ValueError, match='quantize=.int2.*"int8"'):
+        fast.from_pretrained(folder, quantize="int2")
+    with pytest.raises(ValueError, match="steps \\['warp'\\]"):
+        fast.from_pretrained(folder, steps=["warp"])
+    with pytest.raises(ValueError, match='activations=.fp8'):
+        fast.from_pretrained(folder, torch.bfloat16, activations="fp8")
+
+
+def test_the_fast_loader_names_what_the_clear_loader_names(pair, tmp_path):
+    """One loader: a missing tensor, a misshapen one and an integer one are named the same way."""
+    clear, folder, ids = pair
+    from safetensors.torch import load_file
+    W = load_file(folder / "model.safetensors")
+    cases = {"missing": lambda W: W.pop("model.layers.0.mlp.up_proj.weight"),
+             "shape": lambda W: W.update({"model.norm.weight": torch.zeros(3)}),
+             "dtype": lambda W: W.update({"model.norm.weight": torch.zeros(64, dtype=torch.int32)})}
+    for case, damage in cases.items():
+        bad = tmp_path / case
+        bad.mkdir()
+        (bad / "config.json").write_text((folder / "config.json").read_text())
+        V = dict(W)
+        damage(V)
+        save_file(V, bad / "model.safetensors")
+        errors = []
+        for load in (from_pretrained, fast.from_pretrained):
+            with pytest.raises(ValueError) as e:
+                load(bad)
+            errors.append(str(e.value).split(": ", 1)[-1] if case == "dtype" else str(e.value))
+        assert errors[0] == errors[1] or case == "dtype", errors
+        assert {"missing": "missing from the checkpoint", "shape": "shape of norm.weight",
+                "dtype": "I32"}[case] in errors[1], errors
 
 
 def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):

@@ -147,11 +147,14 @@ def test_from_pretrained_reads_the_official_layout(tmp_path):
     tiny_vlm().save_pretrained(tmp_path)
     ids = torch.randint(0, 512, (2, 100), generator=torch.Generator().manual_seed(2))
     ref = Qwen3_5ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
-    ours = from_pretrained(tmp_path, fast=False)
+    ours = from_pretrained(tmp_path)
     assert ours.lm_head.weight is ours.embed_tokens.weight
     with torch.no_grad():
         theirs = ref(ids).logits
     max_diff("from_pretrained on a saved Qwen3_5ForConditionalGeneration", ours(ids), theirs, TOL)
+    from qwen import fast
+    max_diff("qwen.fast.from_pretrained (every step) on the same checkpoint",
+             fast.from_pretrained(tmp_path)(ids), theirs, TOL)
 
 
 def test_bf16():
