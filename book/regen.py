@@ -19,6 +19,7 @@ model, and the outputs say so. An output made with the official weights is never
 import argparse
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from book import tiny
 from book.checkpoint import identify
-from book.compare import compare_figure, compare_text, compare_values
+from book.compare import compare_figure, compare_text, compare_values, printed_number
 from qwen.weights import ModelNotFound, find_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +122,7 @@ def run_script(name, model, timeout=TIMEOUT):
         values_file = scratch / "values.json"
         values = json.loads(values_file.read_text()) if values_file.is_file() else {}
         bounds = values.pop("_error_bounds", {})
+        tolerances = values.pop("_tolerances", {})
         files = {f"outputs/{name}.txt": stdout.encode()}
         figdir = scratch / "figures"
         figures = sorted(figdir.glob("*.svg")) if figdir.is_dir() else []
@@ -134,6 +136,7 @@ def run_script(name, model, timeout=TIMEOUT):
             "weights_sha256": model.sha256, "torch": torch.__version__, "python": platform.python_version(),
             "device": f"cpu ({platform.machine()}, {THREADS} thread)", "dtype": values.pop("dtype", "float32"),
             "seconds": round(seconds, 1), "values": values, "error_bounds": bounds,
+            **({"tolerances": tolerances} if tolerances else {}),
             "figures": names, "figure_data": figure_data,
         }
         return files, provenance
@@ -211,8 +214,10 @@ def differences(old, old_text, new, new_text):
         diffs.append(f"error bounds: {old.get('error_bounds')} -> {bounds}")
     old_values = old.get("values", {})
     printed = {str(old_values[k]): b for k, b in bounds.items() if k in old_values}
-    diffs += compare_values(old_values, new.get("values", {}), bounds)
-    diffs += [f"printed output, {d}" for d in compare_text(old_text, new_text, printed)]
+    tolerances = {k: tuple(t) for k, t in old.get("tolerances", {}).items()}
+    near = {printed_number(old_values[k]): t for k, t in tolerances.items() if k in old_values}
+    diffs += compare_values(old_values, new.get("values", {}), bounds, tolerances)
+    diffs += [f"printed output, {d}" for d in compare_text(old_text, new_text, printed, near)]
     old_figs, new_figs = old.get("figure_data", {}), new.get("figure_data", {})
     for name in sorted(set(old_figs) | set(new_figs)):
         if name not in old_figs or name not in new_figs:
@@ -267,13 +272,24 @@ def replace_set(docs, name, files, delete=()):
     finish_interrupted(docs, [name])
 
 
+def seconds(text):
+    """--timeout's value: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {text!r}")
+    return value
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scripts", nargs="*", help="script names like ch02_embedding (default: all)")
     ap.add_argument("--check", action="store_true", help="compare with the committed outputs; write nothing")
     ap.add_argument("--retime", action="store_true",
                     help="record this run's times even where the outputs are the same (run on a quiet machine)")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S",
+    ap.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
                     help=f"stop a script that runs longer than S seconds (default {TIMEOUT})")
     args = ap.parse_args(argv)
     docs = OUTPUTS.parent

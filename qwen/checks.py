@@ -22,17 +22,22 @@ def require(ok, name, value, rule):
         raise ValueError(f"{name}={value!r}: must be {rule}")
 
 
-def check_sampling(max_new_tokens, temperature, top_k, top_p, presence_penalty,
-                   repetition_penalty, seed):
-    """Refuse a setting that would fail later with a cryptic error, or quietly mean another."""
-    require(whole(max_new_tokens) and max_new_tokens >= 0, "max_new_tokens", max_new_tokens,
-            "a whole number >= 0")
+def check_draw(temperature, top_k, top_p):
+    """Refuse a way to draw a token that would fail in torch.multinomial, or mean another."""
     require(real(temperature) and temperature >= 0, "temperature", temperature,
             "a finite number >= 0 (0 is greedy)")
     require(whole(top_k) and top_k >= 0, "top_k", top_k,
             "a whole number >= 0 (0 keeps every token)")
     require(real(top_p) and 0 < top_p <= 1, "top_p", top_p,
             "a number in (0, 1] (1 keeps every token)")
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p, presence_penalty,
+                   repetition_penalty, seed):
+    """Refuse a setting that would fail later with a cryptic error, or quietly mean another."""
+    require(whole(max_new_tokens) and max_new_tokens >= 0, "max_new_tokens", max_new_tokens,
+            "a whole number >= 0")
+    check_draw(temperature, top_k, top_p)
     require(real(presence_penalty), "presence_penalty", presence_penalty,
             "a finite number (0 turns it off)")
     require(real(repetition_penalty) and repetition_penalty > 0, "repetition_penalty",

@@ -3,7 +3,7 @@
 import torch
 
 from qwen.cache import Cache
-from qwen.checks import check_prompt, check_sampling
+from qwen.checks import check_draw, check_prompt, check_sampling
 
 STOP_IDS = (248046, 248044)     # <|im_end|> ends a chat turn, <|endoftext|> ends a document
 # --8<-- [end:imports]
@@ -44,6 +44,7 @@ def candidates(logits, top_k=0, top_p=1.0):
 
 def sample(logits, temperature=0.0, top_k=0, top_p=1.0, generator=None):
     """One token id from logits [vocab]: argmax at temperature 0, else a draw among candidates."""
+    check_draw(temperature, top_k, top_p)
     if temperature == 0:
         return int(logits.argmax())
     # drawn on the CPU: a seed gives the same draws on any device

@@ -91,6 +91,9 @@ class Config:
 def check_supported(file, raw):
     """Refuse, before any tensor is read, a config this model cannot run."""
     text = raw.get("text_config", raw)
+    if not isinstance(text, dict):
+        raise CheckpointError(f"{file}: text_config is {json.dumps(text)}, not an object: "
+                              "download it again")
     model_type = raw.get("model_type")
     if "text_config" in raw and model_type == "qwen3_5":
         model_type = text.get("model_type", "qwen3_5_text") if isinstance(text, dict) else None
@@ -203,7 +206,11 @@ def hf_snapshots(repo):
     without refs/main, every snapshot, newest first."""
     main = repo / "refs" / "main"
     if main.is_file():
-        snapshot = repo / "snapshots" / main.read_text().strip()
+        revision = main.read_text(errors="replace").strip()
+        snapshot = repo / "snapshots" / revision
+        if not revision or Path(revision).name != revision or revision.startswith("."):
+            raise ModelNotFound(f"{main} names no revision ({revision!r}): the cache is damaged; "
+                                f"delete {repo} and download again (hf download {REPO_ID})")
         if not (snapshot / "config.json").is_file():
             raise ModelNotFound(f"{main} names revision {snapshot.name}, but {snapshot} has no "
                                 f"config.json: that download did not finish; run it again "
@@ -255,8 +262,9 @@ SKIP = ("model.visual.", "mtp.")             # the vision tower and the multi-to
 PREFIXES = ("model.language_model.", "model.")
 
 
-def load_weights(path, dtype=None):
-    """Every text-model tensor of a checkpoint folder, by name without `model.language_model.`."""
+def load_weights(path, dtype=None, finite=True):
+    """Every text-model tensor of a checkpoint folder, by name without `model.language_model.`.
+    finite: check that no tensor holds NaN or inf (a pass over the weights; False skips it)."""
     if dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"dtype={dtype!r}: use None (as stored), torch.float32, torch.bfloat16 "
                          "or torch.float16")
@@ -269,8 +277,8 @@ def load_weights(path, dtype=None):
                     continue
                 short = next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)
                 t = f.get_tensor(name)
-                # NaN or inf in a weight spreads to every score; the test costs ~2% of a load
-                if not torch.isfinite(t).all():
+                # one NaN or inf in a weight spreads to every score: find it here, named
+                if finite and not torch.isfinite(t).all():
                     raise CheckpointError(f"{file}: tensor {name} holds NaN or inf values: "
                                           "the file is damaged; download it again")
                 W[short] = t if dtype is None else t.to(dtype)

@@ -4,11 +4,15 @@
     python scripts/main.py --prompt "你好"  # one question, one answer
     python scripts/main.py --tiny          # the tiny random test model: every code path, no meaning
 """
+import signal
+import sys
+
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))  # Ctrl-C while torch loads: no traceback
+
 import argparse
 import errno
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +23,8 @@ from qwen import fast
 from qwen.chat import Chat
 from qwen.generate import TextStream, generate
 from qwen.weights import CheckpointError, ModelNotFound, find_model
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is caught
 
 LONG_PROMPT = 8192       # tokens: past this, say that the prefill may take a while
 HELP = ("/think toggles thinking, /reset forgets the conversation, Ctrl-C stops an answer, "
@@ -241,6 +247,9 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         return run(args)
+    except KeyboardInterrupt:        # Ctrl-C while the model loads (an answer catches its own)
+        print("\n(interrupted)", file=sys.stderr)
+        return 130
     except BrokenPipeError:          # `| head` has read all it wants: stop quietly, as cat does
         silence(sys.stdout, sys.stderr)
         return 141                   # 128 + SIGPIPE, the status cat would end with
@@ -262,19 +271,25 @@ def silence(*streams):
 
 def console():
     """Text the console's encoding cannot show prints as '?' (said once), not as a crash."""
-    for stream in (sys.stdout, sys.stderr):
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
         try:
             "你好🙂".encode(stream.encoding)
         except (UnicodeEncodeError, LookupError):
             stream.reconfigure(errors="replace")
-            print(f"({stream.name}'s encoding is {stream.encoding}: characters it cannot show "
-                  "print as '?'; set PYTHONIOENCODING=utf-8 or a UTF-8 locale to see them)",
+            print(f"({name}'s encoding is {stream.encoding}: characters it cannot show print "
+                  "as '?'; set PYTHONIOENCODING=utf-8 or a UTF-8 locale to see them)",
                   file=sys.stderr)
-        except AttributeError:       # replaced by something that is not a text file
+        except (AttributeError, TypeError):      # not a text file (None: closed)
             pass
 
 
 def run(args):
+    if sys.stderr is None:                                    # 2>&-: notes go nowhere, not to stdout
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:                                    # >&-: the answer would go nowhere
+        print("error: stdout is closed, so the answer has nowhere to go: "
+              "run it without >&-", file=sys.stderr)
+        return 1
     console()
     if sys.stdin is None and args.prompt in (None, "-"):      # started with stdin closed (<&-)
         print("error: stdin is closed, so there is nothing to read the conversation from: "

@@ -172,6 +172,17 @@ def test_edge_arguments_are_accepted(models, kind):
                              temperature=1e-6, stop_ids=()))) == 1
 
 
+@pytest.mark.parametrize("kw,message", [
+    (dict(temperature=math.nan), "temperature=nan: must be a finite number >= 0"),
+    (dict(temperature=1.0, top_p=0), "top_p=0: must be a number in (0, 1]"),
+    (dict(temperature=1.0, top_k=-3), "top_k=-3: must be a whole number >= 0"),
+])
+def test_sample_checks_its_arguments_too(kw, message):
+    from qwen.generate import sample
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sample(torch.randn(50), **kw)
+
+
 def test_a_prompt_as_long_as_the_context_is_refused_and_answers_stop_at_its_end(tiny_model):
     model = from_pretrained(tiny_model)
     model.cfg.max_position_embeddings = 8
@@ -322,6 +333,14 @@ def test_a_config_no_model_can_have_is_refused_before_any_tensor(ckpt, text, pro
             ": the config is damaged or edited; download it again")
 
 
+def test_a_text_config_that_is_not_an_object_is_named(ckpt):
+    raw = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**raw, "text_config": None}))
+    with pytest.raises(CheckpointError) as e:
+        Config.load(ckpt)
+    assert str(e.value) == f"{ckpt / 'config.json'}: text_config is null, not an object: download it again"
+
+
 def test_load_weights_names_a_dtype_it_cannot_give(tiny_model):
     with pytest.raises(ValueError, match="dtype='bf16': use None .as stored., torch.float32, torch.bfloat16"):
         load_weights(tiny_model, dtype="bf16")
@@ -368,6 +387,17 @@ def test_without_refs_main_the_newest_snapshot_wins(hub):
     snapshot(hub, "0000new")
     snapshot(hub, "ffffold", age=100)
     assert find_model() == (hub / "snapshots" / "0000new").resolve()
+
+
+@pytest.mark.parametrize("text", ["", "\n", "../other", "a/b"])
+def test_a_refs_main_that_names_no_revision_says_so(hub, text):
+    snapshot(hub, "0000old")
+    (hub / "refs").mkdir()
+    (hub / "refs" / "main").write_text(text)
+    with pytest.raises(ModelNotFound) as e:
+        find_model()
+    assert str(e.value) == (f"{hub / 'refs' / 'main'} names no revision ({text.strip()!r}): the cache is "
+                            f"damaged; delete {hub} and download again (hf download Qwen/Qwen3.5-0.8B)")
 
 
 @pytest.mark.parametrize("complete", [False, None])
@@ -504,6 +534,31 @@ def test_piping_into_head_ends_quietly(tmp_path):
     assert "Traceback" not in err and "Exception ignored" not in err and "Error" not in err, err
 
 
+@pytest.mark.parametrize("script", ["scripts/main.py", "scripts/download.py"])
+def test_ctrl_c_while_torch_loads_ends_quietly(tmp_path, script):
+    proc = subprocess.Popen([sys.executable, script, "--help"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    def in_torch():
+        try:
+            return "libtorch" in Path(f"/proc/{proc.pid}/maps").read_text()
+        except OSError:                            # it has ended
+            return True
+    deadline = time.monotonic() + 60
+    while not in_torch() and time.monotonic() < deadline:
+        time.sleep(0.01)                           # until it is inside `import torch`
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode in (130, 0) and "Traceback" not in err, err      # 0: it was quicker
+
+
+def test_ctrl_c_while_the_model_loads_ends_quietly(program, capsys, monkeypatch):
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(program.fast, "from_pretrained", interrupted)
+    assert program.main(["--tiny", "--prompt", "hi"]) == 130
+    assert capsys.readouterr().err.endswith("(interrupted)\n")
+
+
 def test_a_full_disk_is_one_message(tmp_path):
     with open("/dev/full", "w") as full:
         r = run(main_cmd("--prompt", "hi", "--max-new-tokens", "4"), tmp_path, stdout=full)
@@ -539,6 +594,16 @@ def test_a_seed_out_of_range_is_one_line(program, capsys, seed, message):
         program.main(["--tiny", "--seed", seed, "--prompt", "hi"])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_closed_stdout_is_one_message_and_a_closed_stderr_is_quiet(program, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", None)
+    assert program.main(["--tiny", "--prompt", "hi"]) == 1
+    clear_message(capsys.readouterr().err, "error: stdout is closed, so the answer has nowhere to go")
+    monkeypatch.undo()
+    monkeypatch.setattr(sys, "stderr", None)
+    assert program.main(["--tiny", "--prompt", "hi", "--max-new-tokens", "2"]) == 0
+    assert "[prefill" not in capsys.readouterr().out                 # the stats did not land in the answer
 
 
 @pytest.mark.parametrize("prompt", [None, "-"])
@@ -597,6 +662,14 @@ def test_a_bad_checkpoint_in_main_is_one_message(program, capsys, tiny_copy, tin
 
 
 # ---------------------------------------------------------------------------------------------- book.regen
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "abc"])
+def test_regen_timeout_must_be_seconds(capsys, value):
+    with pytest.raises(SystemExit) as e:
+        regen.main(["--timeout", value, "ch02_embedding"])
+    assert e.value.code == 2
+    assert f"argument --timeout: must be a number of seconds > 0, not {value!r}" in capsys.readouterr().err
+
+
 def _script(tmp_path, body):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))
