@@ -363,8 +363,12 @@ def on_startup(command, dirty):
 # The site around the pages: each edition gets its own search index and its own 404 page. static-i18n builds the
 # editions one after the other into one folder, so each build overwrites site/404.html and the search plugin writes
 # one index holding both editions (Chinese results on English pages, an English stemmer on Chinese pages).
-SEARCH_PIPELINE = {"zh": ["trimmer", "stopWordFilter"], "en": ["trimmer", "stopWordFilter"]}  # no stemmer:
-# Material searches every word as a prefix (cache*), which never matches a stemmed index entry (cach)
+# Chinese: the words jieba cut (the search plugin's segmentation for zh), no stemmer. English: each word and its
+# stem, a typed word searched by its stem (the index's language "book_en" is
+# overrides/assets/javascripts/lunr/min/lunr.book_en.min.js: Material searches every word as a prefix, cache*,
+# which a stemmed index entry, cach, never matches by itself), so "caching" finds cache and cached.
+SEARCH = {"zh": {"lang": ["zh"], "pipeline": ["trimmer", "stopWordFilter"]},
+          "en": {"lang": ["book_en"], "pipeline": ["trimmer", "stopWordFilter", "stemmer"]}}
 TEX = [(re.compile(r"\\\(|\\\)|\\\[|\\\]"), ""), (re.compile(r"\\text\{([^{}]*)\}"), r"\1"), (re.compile(r"\{,\}"), ","),
        (re.compile(r"\\times\b"), "×"), (re.compile(r"\\cdot\b"), "·"), (re.compile(r"\\approx\b"), "≈"),
        (re.compile(r"\\[,;! ]"), " ")]
@@ -391,6 +395,42 @@ def _plain(text):
     return text
 
 
+# A search result is read as text. A formula (a chapter's \\( \\), a lesson's $ $) becomes the symbols it stands for,
+# a lesson heading loses its "¶" link, and the English index drops the zero-width spaces the search plugin's jieba
+# put in (the Chinese index keeps them: they are where its words are cut; javascripts/search.js hides them).
+MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|\$\$(.+?)\$\$|\$([^$\n]+?)\$", re.S)
+CODE = re.compile(r"(<pre\b.*?</pre>|<code\b.*?</code>)", re.S)
+TEX_SYMBOL = {"alpha": "α", "beta": "β", "gamma": "γ", "Gamma": "Γ", "delta": "δ", "Delta": "Δ", "epsilon": "ε",
+              "theta": "θ", "lambda": "λ", "mu": "μ", "pi": "π", "sigma": "σ", "omega": "ω", "ell": "ℓ", "top": "⊤",
+              "odot": "⊙", "times": "×", "cdot": "·", "approx": "≈", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥",
+              "ne": "≠", "in": "∈", "infty": "∞", "sum": "Σ", "prod": "Π", "pm": "±", "leftarrow": "←",
+              "rightarrow": "→", "to": "→", "dots": "…", "ldots": "…", "cdots": "⋯", "langle": "⟨", "rangle": "⟩",
+              "lVert": "‖", "rVert": "‖", "lfloor": "⌊", "rfloor": "⌋", "lceil": "⌈", "rceil": "⌉", "bmod": "mod"}
+TEX_STEPS = [(re.compile(r"\\(?:operatorname|mathrm|mathbf|mathbb|mathcal|text|hat|tilde|bar)\{([^{}]*)\}"), r"\1"),
+             (re.compile(r"\\t?frac\{([^{}]*)\}\{([^{}]*)\}"), r"\1/\2"), (re.compile(r"\\sqrt\{([^{}]*)\}"), r"√(\1)"),
+             (re.compile(r"\\underbrace\{([^{}]*)\}_\{[^{}]*\}"), r"\1"),
+             (re.compile(r"\\(?:begin|end)\{[a-z]*\}|\\(?:[bB]ig+|left|right)\b"), ""),
+             (re.compile(r"\\\\"), "; "), (re.compile(r"\\(?:qquad|quad)\b|\\[,;:! ]|&amp;|&"), " "),
+             (re.compile(r"\\([A-Za-z]+)"), lambda m: TEX_SYMBOL.get(m.group(1), m.group(1))), (re.compile(r"\\_"), "_"),
+             (re.compile(r"[{}]"), ""), (re.compile(r"√\((\w+)\)"), r"√\1"), (re.compile(r" {2,}"), " ")]
+
+
+def _math_text(tex):
+    """$\\sqrt{d}\\,\\omega_i$ -> √d ω_i: what a reader can read in a search result."""
+    for pattern, repl in TEX_STEPS:
+        tex = pattern.sub(repl, tex)
+    return tex.strip()
+
+
+def search_text(text, lang):
+    """A search entry's title or text as a result shows it (code left as it is)."""
+    parts = CODE.split(text)
+    for i in range(0, len(parts), 2):             # prose between code
+        parts[i] = _plain(MATH.sub(lambda m: _math_text(next(g for g in m.groups() if g is not None)), parts[i]))
+    text = "".join(parts).replace("¶", "")
+    return text.replace("\u200b", "") if lang == "en" else text
+
+
 def _split_site(config):
     """After the last edition's build: one 404 page and one search index per edition."""
     _, i18n = _edition(config)
@@ -408,9 +448,9 @@ def _split_site(config):
     index = json.loads(index_path.read_text())
     for lang, folder in (("zh", site), ("en", site / "en")):
         mine = [d for d in index["docs"] if d["location"].startswith("en/") == (lang == "en")]
-        docs = [{**d, "location": d["location"][3:] if lang == "en" else d["location"], "text": _plain(d["text"]),
-                 "title": _plain(d["title"])} for d in mine]
-        config_ = {**index["config"], "lang": [lang], "pipeline": SEARCH_PIPELINE[lang]}
+        docs = [{**d, "location": d["location"][3:] if lang == "en" else d["location"],
+                 "text": search_text(d["text"], lang), "title": search_text(d["title"], lang)} for d in mine]
+        config_ = {**index["config"], **SEARCH[lang]}
         (folder / "search").mkdir(parents=True, exist_ok=True)
         (folder / "search" / "search_index.json").write_text(
             json.dumps({"config": config_, "docs": docs}, ensure_ascii=False, separators=(",", ":")))
@@ -444,12 +484,42 @@ def on_page_content(html, page, config, files):
         return html
     html = notebook_links(html, page, files)
     html = _notebook_anchors(html, page, config)
+    html = notebook_figure_alt(html, page)
     from markdown import Markdown
 
     repo = config.repo_url.rstrip("/")
     line = TEXT[_lang(page)]["edit"].format(edit=f"{repo}/edit/main/docs/{page.file.src_uri}",
                                             issue=f"{repo}/issues/new?title={page.file.src_uri}")
     return html + "\n<hr>\n" + Markdown().convert(line) + "\n"
+
+
+NB_NO_ALT = 'alt="No description has been provided for this image"'   # nbconvert's stand-in for a missing alt
+NB_CELL = re.compile(r'(<div class="jp-Cell [^"]*" id="cell-id=([^"]*)">)')
+
+
+def notebook_figure_alt(content, page):
+    """A lesson's figure (a cell's image output) says what it shows: its alt text is the cell's metadata "alt", in
+    the edition's language (a list for a cell with several images). nbconvert gives an image without one a stand-in
+    ("No description has been provided for this image"); a figure with no alt text in its cell fails the build."""
+    if NB_NO_ALT not in content:
+        return content
+    cells = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))["cells"]
+    alts = {cell.get("id"): cell.get("metadata", {}).get("alt") for cell in cells}
+    parts = NB_CELL.split(content)                # text, (cell tag, cell id, the cell's html up to the next cell)...
+    for i in range(1, len(parts), 3):
+        chunk, alt = parts[i + 2], alts.get(parts[i + 1])
+        needed = chunk.count(NB_NO_ALT)
+        texts = [alt] if isinstance(alt, str) else list(alt or [])
+        if needed and len(texts) != needed:
+            raise PluginError(f"{page.file.src_uri}: cell {parts[i + 1]} shows {needed} image(s) and has "
+                              f"{len(texts)} alt text(s): give its metadata an \"alt\" in the edition's language")
+        for text in texts[:needed]:
+            chunk = chunk.replace(NB_NO_ALT, f'alt="{html.escape(text)}"', 1)
+        parts[i + 2] = chunk
+    content = "".join(part for n, part in enumerate(parts) if n % 3 != 2)
+    if NB_NO_ALT in content:
+        raise PluginError(f"{page.file.src_uri}: an image outside any cell has no alt text")
+    return content
 
 
 ALTERNATE = re.compile(r'\s*<link rel="alternate" href="[^"]*" hreflang="[^"]*">')
