@@ -1,4 +1,5 @@
-# The two set-up commands of the README: `make serve` (read the book) and `make test` (run every test).
+# The two set-up commands of the README: `make serve` (read the book) and `make test-all` (run every test).
+# `make test` is the fast tier for every change (minutes); `make test-all` is what CI runs.
 # Both start from nothing: they make .venv, install PyTorch first, then the project.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +12,7 @@ TORCH  ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_URL := $(patsubst --index-url=%,%,$(TORCH_INDEX))
 
-.PHONY: serve test regen check clean
+.PHONY: serve test test-all lint format regen check clean
 
 $(VENV)/.book: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +32,18 @@ $(VENV)/.test: $(VENV)/.book
 serve: $(VENV)/.book                 ## the book at http://127.0.0.1:8000, reloading when docs/, qwen/, scripts/ change
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --livereload
 
-test: $(VENV)/.test                  ## every test: library, parity, outputs --check, code blocks, strict build, lessons
+lint: $(VENV)/.test                  ## ruff: the rules and the format (100 columns; see pyproject.toml)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.test
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: lint                           ## the fast tier: library, parity, loaders, messages, exercises' checks, static page checks
+	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest -m "not slow and not browser"
+
+test-all: lint                       ## every test: the fast tier, then outputs --check, code blocks, site build, notebooks, lessons, browser
 	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest
 
 regen: $(VENV)/.test                 ## rerun every chapter script (and the parity report: needs transformers), rewrite docs/outputs, docs/figures, then the chapter notebooks

@@ -1,4 +1,5 @@
 """What chapter scripts call to hand numbers and figures to the page (see book/regen.py)."""
+
 import json
 import os
 from pathlib import Path
@@ -36,6 +37,20 @@ def record_error(key, value, below):
     return text
 
 
+def record_measured(key, text, tol=0.0, rel=0.0):
+    """A value whose digits depend on the CPU's kernels (computed through bf16 or int8, an argmax
+    agreement over near-equal logits): recorded as printed (`text`, e.g. "81.5%"), and
+    `python -m book.regen --check` holds it to within max(tol, rel * |value|) of the committed one,
+    in its printed unit (percentage points for "81.5%"), never to its last digit. Returns text."""
+    if tol <= 0 and rel <= 0:
+        raise ValueError(f"{key}: give the tolerance a reader cares about (tol= or rel=)")
+    path = _out_dir() / "values.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    tolerances = {**old.pop("_tolerances", {}), key: [tol, rel]}
+    record(**{key: text, "_tolerances": tolerances})
+    return text
+
+
 def _numbers(values):
     out = []
     for v in values:
@@ -52,7 +67,8 @@ def describe_figure(fig):
         legend = ax.get_legend()
         return {
             "title": [ax.get_title(loc) for loc in ("left", "center", "right")],
-            "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "xlabel": ax.get_xlabel(),
+            "ylabel": ax.get_ylabel(),
             "xticks": [t.get_text() for t in ax.get_xticklabels()],
             "yticks": [t.get_text() for t in ax.get_yticklabels()],
             "texts": [t.get_text() for t in ax.texts],
@@ -60,7 +76,9 @@ def describe_figure(fig):
         }
 
     def data(ax):
-        series = [_numbers(np.asarray(line.get_xydata(), dtype=float).ravel()) for line in ax.get_lines()]
+        series = [
+            _numbers(np.asarray(line.get_xydata(), dtype=float).ravel()) for line in ax.get_lines()
+        ]
         for c in ax.collections:
             series.append(_numbers(np.asarray(c.get_offsets(), dtype=float).ravel()))
             arr = c.get_array()
@@ -75,11 +93,13 @@ def describe_figure(fig):
         series += [_numbers(ax.get_xlim()), _numbers(ax.get_ylim())]
         return series
 
-    fig.canvas.draw()                                      # tick labels exist only once drawn
+    fig.canvas.draw()  # tick labels exist only once drawn
     axes = fig.get_axes()
     suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
-    return {"texts": {"suptitle": suptitle, "axes": [texts(ax) for ax in axes]},
-            "data": [data(ax) for ax in axes]}
+    return {
+        "texts": {"suptitle": suptitle, "axes": [texts(ax) for ax in axes]},
+        "data": [data(ax) for ax in axes],
+    }
 
 
 def save_figure(name, draw):
@@ -89,6 +109,7 @@ def save_figure(name, draw):
     `python -m book.regen --check` compares (an SVG's bytes differ in the last digits from one CPU to another).
     """
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -101,7 +122,7 @@ def save_figure(name, draw):
         fig.savefig(folder / f"{name}_{lang}.svg", metadata={"Date": None}, bbox_inches="tight")
         d = describe_figure(fig)
         described["texts"][lang] = d["texts"]
-        described.setdefault("data", d["data"])            # the same numbers in both editions
+        described.setdefault("data", d["data"])  # the same numbers in both editions
         plt.close(fig)
     (folder / f"{name}.json").write_text(json.dumps(described, ensure_ascii=False, sort_keys=True))
     if "BOOK_OUT" not in os.environ:
@@ -113,10 +134,11 @@ def setup_fonts():
     import matplotlib
     from matplotlib import font_manager
 
-    matplotlib.rcParams["svg.hashsalt"] = "transformer-by-hand"     # stable element ids
+    matplotlib.rcParams["svg.hashsalt"] = "transformer-by-hand"  # stable element ids
     matplotlib.rcParams["axes.unicode_minus"] = False
     try:
         import noto_cjk_sans_otc  # noqa: F401
+
         font = next(Path(noto_cjk_sans_otc.__file__).parent.rglob("*.tt[cf]"), None)
     except ImportError:
         font = None

@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from qwen.norm import RMSNormGated
+
 # --8<-- [end:imports]
 
 

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from qwen.attention import Attention
-from qwen.cache import Cache, KVCache
+from qwen.cache import KVCache
 from qwen.deltanet import GatedDeltaNet
 from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP

@@ -12,6 +12,7 @@ from qwen.mlp import MLP
 from qwen.norm import RMSNorm
 from qwen.rope import RotaryEmbedding
 from qwen.weights import Config, load, load_weights
+
 # --8<-- [end:imports]
 
 

@@ -13,8 +13,8 @@ each number is the median of the repeats, and each ratio the median of the ratio
 llama.cpp is timed when `llama-bench` is on PATH (or --llama-bench) and a GGUF of the same checkpoint is
 given with --gguf (convert it with llama.cpp's own convert_hf_to_gguf.py ... --no-mtp).
 """
+
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -31,14 +31,14 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qwen import fast                                          # noqa: E402
+from book.bench_report import PAIR_REPEATS, print_row, steps_table, table, write_outputs  # noqa: E402
+from qwen import fast  # noqa: E402
 from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
-from qwen.quant import Int8Linear, W8A8Linear                   # noqa: E402
-from qwen.weights import Config                                # noqa: E402
+from qwen.quant import Int8Linear, W8A8Linear  # noqa: E402
+from qwen.weights import Config  # noqa: E402
 
 RANDOM_08B = ROOT / ".cache" / "random-qwen3.5-0.8b"
-PAIR_REPEATS = 7          # turns of each context pair: a ratio near 1 needs more than --repeats
-CONFIG_08B = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"   # the official config.json
+CONFIG_08B = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"  # the official config.json
 TEXT_08B = json.loads(CONFIG_08B.read_text())["text_config"]
 
 
@@ -48,20 +48,27 @@ def make_random_08b(folder=RANDOM_08B):
     from safetensors.torch import save_file
 
     from book import tiny
+
     if (folder / "BUILD_KEY").is_file():
         return folder
     text = {**tiny.TEXT, **TEXT_08B}
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent if folder.parent.is_dir() else None,
-                                prefix=".random-08b-"))
+    tmp = Path(
+        tempfile.mkdtemp(
+            dir=folder.parent if folder.parent.is_dir() else None, prefix=".random-08b-"
+        )
+    )
     try:
         config = {**tiny.OFFICIAL_CONFIG, "book_random_weights": True, "text_config": text}
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         gen = torch.Generator().manual_seed(0)
-        tensors = {k: v.to(torch.bfloat16).contiguous()
-                   for k, v in tiny.text_tensors(text, gen).items()}
+        tensors = {
+            k: v.to(torch.bfloat16).contiguous() for k, v in tiny.text_tensors(text, gen).items()
+        }
         save_file(tensors, tmp / tiny.WEIGHTS_FILE, metadata={"format": "pt"})
-        index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
-                 "weight_map": {k: tiny.WEIGHTS_FILE for k in sorted(tensors)}}
+        index = {
+            "metadata": {"total_size": sum(t.nbytes for t in tensors.values())},
+            "weight_map": {k: tiny.WEIGHTS_FILE for k in sorted(tensors)},
+        }
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         shutil.copy(tiny.path() / "tokenizer.json", tmp / "tokenizer.json")
         (tmp / "BUILD_KEY").write_text("1")
@@ -85,25 +92,36 @@ def timeit(f, n=3):
 
 
 def machine_limits(tiny=False):
-    """Read bandwidth, GEMM and GEMV rates of this machine, measured now."""
+    """Read bandwidth, GEMM and GEMV rates of this machine, measured now, in the layout the model
+    uses (F.linear: x @ w.T); each GEMV rotates over more weights than the CPU's caches hold, so
+    that it reads DRAM as a decode step does."""
     import torch.nn.functional as F
-    big = torch.ones((32 if tiny else 512) << 18)                   # MiB of fp32
+
+    big = torch.ones((32 if tiny else 512) << 18)  # MiB of fp32
     lim = {"read_GBps": big.nbytes / timeit(big.sum, 5) / 1e9}
     n = 256 if tiny else 2048
     for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
-        lim[f"gemm_{name}_GFLOPs"] = 2 * n**3 / timeit(lambda: a @ b, 2) / 1e9
-    rows, cols = (512, 256) if tiny else (3584, 1024)
-    w, x = torch.randn(rows, cols) * 0.03, torch.randn(1, cols)
-    packed = torch.ops.quantized.linear_prepack_fp16(w, None)
-    w16 = w.bfloat16()
-    kernels = {"fp32": (4, lambda x: F.linear(x, w)), "bf16": (2, lambda x: F.linear(x.bfloat16(), w16)),
-               "fp16_fbgemm": (2, lambda x: torch.ops.quantized.linear_dynamic_fp16(x, packed)),
-               "int8": (1, Int8Linear(w16)), "int8_fbgemm": (1, W8A8Linear(w16))}
+        x, w = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
+        lim[f"gemm_{name}_GFLOPs"] = 2 * n**3 / timeit(lambda: F.linear(x, w), 2) / 1e9
+    rows, cols, copies = (512, 256, 4) if tiny else (3584, 1024, 40)  # 40 x 7.3 MB in bf16
+    ws = [torch.randn(rows, cols) * 0.03 for _ in range(copies)]
+    x = torch.randn(1, cols)
+    kernels = {
+        "fp32": (4, [lambda x, w=w: F.linear(x, w) for w in ws[: copies // 2]]),
+        "bf16": (2, [lambda x, w=w.bfloat16(): F.linear(x.bfloat16(), w) for w in ws]),
+    }
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        kernels["bf16_packed"] = (2, fast.PackedLinear(w16))
-    for name, (size, f) in kernels.items():
-        lim[f"gemv_{name}_GBps"] = rows * cols * size / timeit(lambda: f(x), 20) / 1e9
+        kernels["bf16_packed"] = (2, [fast.PackedLinear(w.bfloat16()) for w in ws])
+    kernels["int8"] = (1, [Int8Linear(w.bfloat16()) for w in ws])
+    if "fbgemm" in torch.backends.quantized.supported_engines:
+        kernels["int8_fbgemm"] = (1, [W8A8Linear(w.bfloat16()) for w in ws])
+    for name, (size, fs) in kernels.items():
+
+        def run():
+            for f in fs:
+                f(x)
+
+        lim[f"gemv_{name}_GBps"] = len(fs) * rows * cols * size / timeit(run, 5) / 1e9
     return lim
 
 
@@ -112,16 +130,21 @@ def attention_kernels(cfg, contexts=(2048, 8192)):
     scaled_dot_product_attention with grouped KV against the fast path's two matrix products, and
     the time to read the same cache once (a .sum() of the keys and of the values)."""
     import torch.nn.functional as F
+
     out = {}
     nh, nkv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     for n in contexts:
         q = torch.randn(1, nh, 1, hd)
-        k, v = (torch.randn(1, nkv, 2 * n, hd)[:, :, :n] for _ in range(2))   # a buffer with room
+        k, v = (torch.randn(1, nkv, 2 * n, hd)[:, :, :n] for _ in range(2))  # a buffer with room
         sdpa = timeit(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), 20)
         ours = timeit(lambda: fast.decode_attention(q, k, v), 20)
         read = timeit(lambda: (k.sum(), v.sum()), 20)
-        out[n] = {"sdpa_ms": sdpa * 1e3, "ours_ms": ours * 1e3, "read_ms": read * 1e3,
-                  "cache_MB": 2 * k.numel() * k.element_size() / 1e6}
+        out[n] = {
+            "sdpa_ms": sdpa * 1e3,
+            "ours_ms": ours * 1e3,
+            "read_ms": read * 1e3,
+            "cache_MB": 2 * k.numel() * k.element_size() / 1e6,
+        }
     return out
 
 
@@ -129,6 +152,7 @@ def prefill_shares(model, ids):
     """Where one prefill of the fast path goes: seconds in the DeltaNet mixers (and in their chunked
     rule), the attention mixers, the MLPs and the rest, timed with hooks around each module."""
     from qwen import deltanet
+
     spent = {"DeltaNet mixers": 0.0, "chunked rule": 0.0, "attention mixers": 0.0, "MLPs": 0.0}
     hooks, rule = [], deltanet.chunk_gated_delta_rule
 
@@ -139,17 +163,21 @@ def prefill_shares(model, ids):
                 return f(*a, **kw)
             finally:
                 spent[name] += time.perf_counter() - t0
+
         return run
+
     for layer in model.layers:
         mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
-        for module, name in ((mixer, "DeltaNet mixers" if hasattr(layer, "linear_attn")
-                              else "attention mixers"), (layer.mlp, "MLPs")):
+        for module, name in (
+            (mixer, "DeltaNet mixers" if hasattr(layer, "linear_attn") else "attention mixers"),
+            (layer.mlp, "MLPs"),
+        ):
             module.forward = timed(name, module.forward)
             hooks.append(module)
     deltanet.chunk_gated_delta_rule = timed("chunked rule", rule)
     try:
         with torch.no_grad():
-            model(ids[:, :16], cache=model.new_cache(), last_only=True)      # warm-up
+            model(ids[:, :16], cache=model.new_cache(), last_only=True)  # warm-up
             spent.update(dict.fromkeys(spent, 0.0))
             t0 = time.perf_counter()
             model(ids, cache=model.new_cache(), last_only=True)
@@ -198,10 +226,12 @@ def context_pairs(model, ids, short, longs, new_tokens, repeats):
     for n in longs:
         pair = {"short": AtContext(model, ids[:, :short]), "long": AtContext(model, ids[:, :n])}
         times = interleaved(pair, decode_run(None, new_tokens), repeats)
-        out[n] = {"short": short, "ratio": statistics.median(
-                      s / t for s, t in zip(times["short"], times["long"])),
-                  **{f"{k}_tok_s": new_tokens / statistics.median(ts) for k, ts in times.items()}}
-        del pair                                       # the caches of 8k tokens, before the next
+        out[n] = {
+            "short": short,
+            "ratio": statistics.median(s / t for s, t in zip(times["short"], times["long"])),
+            **{f"{k}_tok_s": new_tokens / statistics.median(ts) for k, ts in times.items()},
+        }
+        del pair  # the caches of 8k tokens, before the next
     return out
 
 
@@ -229,7 +259,9 @@ class Transformers:
 
     def __init__(self, folder, dtype):
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
         from qwen.weights import load_weights
+
         text = json.loads((folder / "config.json").read_text())["text_config"]
         torch.set_default_dtype(dtype)
         try:
@@ -243,15 +275,24 @@ class Transformers:
     @torch.no_grad()
     def prefill(self, ids):
         from transformers import DynamicCache
+
         self.cache = DynamicCache(config=self.model.config)
-        return self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                          logits_to_keep=1).logits[:, -1:].argmax(-1)
+        return (
+            self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            .logits[:, -1:]
+            .argmax(-1)
+        )
 
     @torch.no_grad()
     def decode(self, x, n):
         for _ in range(n):
-            x = self.model(input_ids=x, past_key_values=self.cache, use_cache=True,
-                           logits_to_keep=1).logits[:, -1:].argmax(-1)
+            x = (
+                self.model(
+                    input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1
+                )
+                .logits[:, -1:]
+                .argmax(-1)
+            )
         return x
 
 
@@ -265,8 +306,23 @@ class LlamaCpp:
     def seconds(self, prompt=0, new_tokens=0, depth=0):
         """Seconds llama-bench reports for one run: a prompt of `prompt` tokens, or `new_tokens`
         tokens generated after `depth` tokens of context (the context itself is not timed)."""
-        cmd = [self.binary, "-m", self.gguf, "-t", str(self.threads), "-p", str(prompt),
-               "-n", str(new_tokens), "-d", str(depth), "-r", "1", "-o", "json"]
+        cmd = [
+            self.binary,
+            "-m",
+            self.gguf,
+            "-t",
+            str(self.threads),
+            "-p",
+            str(prompt),
+            "-n",
+            str(new_tokens),
+            "-d",
+            str(depth),
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
@@ -296,12 +352,14 @@ def prefill_run(ids):
         t0 = time.perf_counter()
         system.prefill(x)
         return time.perf_counter() - t0
+
     return run
 
 
 def decode_run(ids, new_tokens):
     """Prefill `ids` (or a system's own, see AtContext) once, untimed, then time new_tokens decode
     steps per call."""
+
     def run(system, warm=False):
         if isinstance(system, LlamaCpp):
             return 0.0 if warm else system.seconds(new_tokens=new_tokens, depth=ids.shape[1])
@@ -312,6 +370,7 @@ def decode_run(ids, new_tokens):
         t0 = time.perf_counter()
         system.x = system.decode(system.x, new_tokens)
         return time.perf_counter() - t0
+
     return run
 
 
@@ -323,21 +382,35 @@ def summarize(times, tokens, base):
         if base in times:
             out[name][f"x_{base}"] = statistics.median(b / t for b, t in zip(times[base], ts))
     return out
+
+
 # --8<-- [end:measure]
 
 
 # ---------------------------------------------------------------------------- the steps
-CHAPTER = {"clear": 9, "mapped load": 14, "joined projections": 14, "activations": 13,
-           "packed weights": 15, "fused norms": 15, "decode conv": 15, "sdpa prompts": 15,
-           "grouped decode": 15, "roomy cache": 15, "in-place state": 15,
-           "int8": 16, "w8a8": 16, "int4": 16}
+CHAPTER = {
+    "clear": 9,
+    "mapped load": 14,
+    "joined projections": 14,
+    "activations": 13,
+    "packed weights": 15,
+    "fused norms": 15,
+    "decode conv": 15,
+    "sdpa prompts": 15,
+    "grouped decode": 15,
+    "roomy cache": 15,
+    "in-place state": 15,
+    "int8": 16,
+    "w8a8": 16,
+    "int4": 16,
+}
 
 
 def chain_specs():
     """The steps of qwen.fast in the book's order, each model with every step before it: the bf16
     chain from the clear model, then the quantized one (its kernels replace the packed weights)."""
     names = list(fast.STEPS)
-    bf16 = [("clear", None)] + [(n, {"steps": names[:i + 1]}) for i, n in enumerate(names)]
+    bf16 = [("clear", None)] + [(n, {"steps": names[: i + 1]}) for i, n in enumerate(names)]
     plain = [n for n in names if n != "packed weights"]
     kinds = ["int8", "w8a8", "int4"]
     if "fbgemm" not in torch.backends.quantized.supported_engines:
@@ -352,29 +425,117 @@ def step_chain(folder, ids, new_tokens, repeats):
     rows, prev = [], None
     for chain, specs in chain_specs().items():
         for label, kw in specs:
-            model = (clear_from_pretrained(folder, torch.bfloat16) if kw is None
-                     else fast.from_pretrained(folder, torch.bfloat16, **kw))
+            model = (
+                clear_from_pretrained(folder, torch.bfloat16)
+                if kw is None
+                else fast.from_pretrained(folder, torch.bfloat16, **kw)
+            )
             cur = Ours(model)
             systems = {"cur": cur, **({"prev": prev} if prev else {})}
             p = interleaved(systems, prefill_run(ids), repeats)
             d = interleaved(systems, decode_run(ids, new_tokens), repeats)
-            row = {"step": label, "chain": chain, "chapter": CHAPTER[label],
-                   "did": "the model of Stage 1" if kw is None else
-                   model.steps.get(label, model.steps.get("quantize", "")),
-                   "prefill_tok_s": ids.shape[1] / statistics.median(p["cur"]),
-                   "decode_tok_s": new_tokens / statistics.median(d["cur"])}
+            row = {
+                "step": label,
+                "chain": chain,
+                "chapter": CHAPTER[label],
+                "did": "the model of Stage 1"
+                if kw is None
+                else model.steps.get(label, model.steps.get("quantize", "")),
+                "prefill_tok_s": ids.shape[1] / statistics.median(p["cur"]),
+                "decode_tok_s": new_tokens / statistics.median(d["cur"]),
+            }
             if prev:
-                row["prefill_x_prev"] = statistics.median(a / b for a, b in zip(p["prev"], p["cur"]))
+                row["prefill_x_prev"] = statistics.median(
+                    a / b for a, b in zip(p["prev"], p["cur"])
+                )
                 row["decode_x_prev"] = statistics.median(a / b for a, b in zip(d["prev"], d["cur"]))
+            if kw is None:  # where the clear model's decode step goes
+                row["profile"] = decode_profile(model, ids)
             rows.append(row)
-            print(f"  step {label:20} prefill {row['prefill_tok_s']:8.2f}  decode "
-                  f"{row['decode_tok_s']:6.2f}  {row['did']}", flush=True)
+            print(
+                f"  step {label:20} prefill {row['prefill_tok_s']:8.2f}  decode "
+                f"{row['decode_tok_s']:6.2f}  {row['did']}",
+                flush=True,
+            )
             prev = cur
     return rows
 
 
-CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
+def decode_profile(model, ids, steps=4):
+    """Where one decode step of `model` goes, by operator: torch.profiler's self CPU time over
+    `steps` steps after a prompt of ids, per step; the ten costliest and the rest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    system = Ours(model)
+    x = system.prefill(ids)
+    system.decode(x, 2)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        system.decode(x, steps)
+    ops = sorted(
+        (
+            (e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps)
+            for e in prof.key_averages()
+        ),
+        key=lambda o: -o[1],
+    )
+    total = sum(ms for _, ms, _ in ops)
+    top = [{"op": k, "ms": ms, "calls": n} for k, ms, n in ops[:10]]
+    return {
+        "ms_per_step": total,
+        "ops": top,
+        "rest_ms": total - sum(o["ms"] for o in top),
+        "calls": sum(n for *_, n in ops),
+    }
+
+
+def batch_sweep(n_in=1024, n_out=3584, batches=(1, 2, 4, 8, 16, 32, 64, 128, 256), copies=8):
+    """The roofline's measured points: GFLOP/s of x @ w.T for B rows (B sequences per weight read)
+    with a bf16 weight of the MLP's shape, plain F.linear and, when packing pays, oneDNN's packed;
+    FLOP per byte of weight read = B (2 B n_in n_out FLOP over 2 n_in n_out bytes)."""
+    ws = [torch.randn(n_out, n_in).bfloat16() for _ in range(copies)]  # beyond L2, in L3
+    packed = (
+        [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
+        if torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        else None
+    )
+    out = []
+    for b in batches:
+        x = torch.randn(b, n_in).bfloat16()
+        row = {"batch": b}
+        kinds = {"plain": (ws, lambda w: torch.nn.functional.linear(x, w))}
+        if packed:
+            kinds["packed"] = (
+                packed,
+                lambda w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+            )
+        for name, (weights, f) in kinds.items():
+            f(weights[0])
+            t0 = time.perf_counter()
+            for _ in range(3):
+                for w in weights:
+                    f(w)
+            dt = (time.perf_counter() - t0) / (3 * len(weights))
+            row[f"{name}_GFLOPs"] = 2 * b * n_in * n_out / dt / 1e9
+        out.append(row)
+    return out
+
+
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "neon",
+    "asimd",
+    "sve",
+)
 
 
 def cpu_info():
@@ -389,26 +550,12 @@ def cpu_info():
         pass
     if platform.machine() in ("arm64", "aarch64"):
         flags.add("neon")
-    return {"name": machine_name().rsplit(",", 1)[0], "flags": [f for f in CPU_FLAGS if f in flags],
-            "torch_capability": torch.backends.cpu.get_cpu_capability(),
-            "onednn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}
-
-
-def steps_table(res):
-    """The steps, one row each: tokens/s and the paired ratio to the step before."""
-    cpu = res["cpu"]
-    lines = [f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · {res['threads']} threads",
-             f"prefill of {res['steps_prompt']} tokens, then {res['new_tokens']} decode steps; tokens/s,"
-             f" median of {res['repeats']} (x = median of paired ratios to the step before)",
-             f"{'step':22}{'ch':>3}{'prefill':>16}{'decode':>15}  what it did"]
-    for r in res["steps"]:
-        px = f" x{r['prefill_x_prev']:.2f}" if "prefill_x_prev" in r else ""
-        dx = f" x{r['decode_x_prev']:.2f}" if "decode_x_prev" in r else ""
-        lines.append(f"{r['step']:22}{r['chapter']:>3}{r['prefill_tok_s']:>9.2f}{px:<7}"
-                     f"{r['decode_tok_s']:>8.2f}{dx:<7}  {r['did']}")
-    for name, row in res.get("steps_reference", {}).items():
-        lines.append(f"{name:22}{'':>3}{row['prefill_tok_s']:>9.2f}{'':7}{row['decode_tok_s']:>8.2f}")
-    return "\n".join(lines)
+    return {
+        "name": machine_name().rsplit(",", 1)[0],
+        "flags": [f for f in CPU_FLAGS if f in flags],
+        "torch_capability": torch.backends.cpu.get_cpu_capability(),
+        "onednn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    }
 
 
 def main(argv=None):
@@ -420,27 +567,55 @@ def main(argv=None):
     ap.add_argument("--contexts", default="128,2048", help="decode after this many tokens")
     ap.add_argument("--fast-contexts", default="8192", help="more decode contexts, fast path only")
     ap.add_argument("--new-tokens", type=int, default=16)
-    ap.add_argument("--long", default="", help="prefill lengths for the cost curve, fast path only "
-                    "(e.g. 1024,4096,16384)")
+    ap.add_argument(
+        "--long",
+        default="",
+        help="prefill lengths for the cost curve, fast path only (e.g. 1024,4096,16384)",
+    )
     ap.add_argument("--no-transformers", action="store_true")
-    ap.add_argument("--clear-max", type=int, default=512, help="time the clear path (slow) only up to "
-                    "this many tokens")
-    ap.add_argument("--compile", action="store_true", help="also time the fast path under "
-                    "torch.compile (decode; its compile time is reported)")
+    ap.add_argument(
+        "--clear-max",
+        type=int,
+        default=512,
+        help="time the clear path (slow) only up to this many tokens",
+    )
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time the fast path under torch.compile (decode; its compile time is reported)",
+    )
     ap.add_argument("--llama-bench", default=shutil.which("llama-bench"))
-    ap.add_argument("--gguf", action="append", default=[], metavar="NAME=FILE",
-                    help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)")
+    ap.add_argument(
+        "--gguf",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="a GGUF of the same checkpoint, e.g. q8_0=model-q8_0.gguf (repeatable)",
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--write", action="store_true", help="write docs/outputs/bench_* for the book")
-    ap.add_argument("--measure-parts", action="store_true", help="with --from-json: measure what "
-                    "that run lacks (attention kernels, prefill shares, compile times, paired "
-                    "contexts) now, and add it to its results")
+    ap.add_argument(
+        "--measure-parts",
+        action="store_true",
+        help="with --from-json: measure what "
+        "that run lacks (attention kernels, prefill shares, compile times, paired "
+        "contexts) now, and add it to its results",
+    )
     ap.add_argument("--make-random-08b", action="store_true", help="build the checkpoint and exit")
-    ap.add_argument("--steps-only", action="store_true", help="time only the chain of Stage 3's "
-                    "steps (and transformers next to the clear model): docs/outputs/bench_steps.*")
-    ap.add_argument("--steps-prompt", type=int, default=128, help="prompt length of the steps chain")
-    ap.add_argument("--from-json", type=Path, help="print (and --write) the results of an earlier "
-                    "--json run instead of measuring")
+    ap.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="time only the chain of Stage 3's "
+        "steps (and transformers next to the clear model): docs/outputs/bench_steps.*",
+    )
+    ap.add_argument(
+        "--steps-prompt", type=int, default=128, help="prompt length of the steps chain"
+    )
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        help="print (and --write) the results of an earlier --json run instead of measuring",
+    )
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
@@ -449,53 +624,71 @@ def main(argv=None):
         if not eq or not name:
             ap.error(f"--gguf {spec}: give it as NAME=FILE, e.g. q8_0=model-q8_0.gguf")
         if not Path(file).is_file():
-            ap.error(f"--gguf {spec}: {file}: no such file (convert the checkpoint with llama.cpp's "
-                     "convert_hf_to_gguf.py ... --no-mtp, see chapter 13)")
+            ap.error(
+                f"--gguf {spec}: {file}: no such file (convert the checkpoint with llama.cpp's "
+                "convert_hf_to_gguf.py ... --no-mtp, see chapter 13)"
+            )
     if args.gguf and not (args.llama_bench and Path(args.llama_bench).is_file()):
         ap.error("--gguf needs llama.cpp's llama-bench: put it on PATH or give --llama-bench PATH")
     if args.make_random_08b:
         print(make_random_08b())
         return 0
     if args.write and args.tiny:
-        ap.error("--write records the book's benchmark of the 0.8B shapes in docs/outputs; a --tiny run "
-                 "is a smoke test: keep its results with --json FILE instead")
+        ap.error(
+            "--write records the book's benchmark of the 0.8B shapes in docs/outputs; a --tiny run "
+            "is a smoke test: keep its results with --json FILE instead"
+        )
     if args.from_json:
         res = json.loads(args.from_json.read_text())
-        if args.measure_parts:       # what that run lacks, measured now on this machine and added
+        if args.measure_parts:  # what that run lacks, measured now on this machine and added
             torch.set_num_threads(res["threads"])
             folder = tiny_folder() if res["model"] == "tiny test model" else make_random_08b()
             cfg = Config.load(folder)
             if not all("read_ms" in a for a in res.get("attention", {None: {}}).values()):
-                res["attention"] = attention_kernels(cfg, (64, 256) if "tiny" in res["model"]
-                                                     else (2048, 8192))
+                res["attention"] = attention_kernels(
+                    cfg, (64, 256) if "tiny" in res["model"] else (2048, 8192)
+                )
                 res["attention_layers"] = cfg.layer_types.count("full_attention")
             if "prefill_shares" not in res:
                 n = max(int(k) for k in res["prefill"])
                 ids = prompt_ids(cfg, n)
-                res["prefill_shares"] = prefill_shares(fast.from_pretrained(folder, torch.bfloat16), ids)
+                res["prefill_shares"] = prefill_shares(
+                    fast.from_pretrained(folder, torch.bfloat16), ids
+                )
             if "compile_seconds" in res and res.get("compile_cache") != "empty":
                 # that run's compile found torch's on-disk cache filled by an earlier one: time a first compile
                 res["compile_seconds_warm_cache"] = res["compile_seconds"]
-                res["compile_seconds"] = compile_in_subprocess(folder, res["threads"], res["new_tokens"])
+                res["compile_seconds"] = compile_in_subprocess(
+                    folder, res["threads"], res["new_tokens"]
+                )
                 res["compile_cache"] = "empty"
             elif "compile_seconds" in res and "compile_seconds_warm_cache" not in res:
                 # a first compile fills a cache, and the second one is timed with it
                 with tempfile.TemporaryDirectory(prefix="bench-inductor-") as cache_dir:
                     compile_in_subprocess(folder, res["threads"], res["new_tokens"], cache_dir)
                     res["compile_seconds_warm_cache"] = compile_in_subprocess(
-                        folder, res["threads"], res["new_tokens"], cache_dir)
+                        folder, res["threads"], res["new_tokens"], cache_dir
+                    )
             if "context_pairs" not in res:
                 # that run timed the long contexts apart from the short one: time them in turn now
                 ctx = sorted(int(n) for n in res["decode"])
                 ids = prompt_ids(cfg, ctx[-1])
-                res["context_pairs"] = context_pairs(fast.from_pretrained(folder, torch.bfloat16), ids,
-                                                     ctx[0], ctx[1:], res["new_tokens"], PAIR_REPEATS)
+                res["context_pairs"] = context_pairs(
+                    fast.from_pretrained(folder, torch.bfloat16),
+                    ids,
+                    ctx[0],
+                    ctx[1:],
+                    res["new_tokens"],
+                    PAIR_REPEATS,
+                )
             res["parts_measured_after"] = True
             if args.json:
                 args.json.write_text(json.dumps(res, indent=1) + "\n")
         if args.write and "0.8B" not in res["model"]:
-            ap.error(f"--write: {args.from_json} is a run on the {res['model']}, not on the 0.8B shapes; "
-                     "the book's docs/outputs/bench_* keep the 0.8B runs only")
+            ap.error(
+                f"--write: {args.from_json} is a run on the {res['model']}, not on the 0.8B shapes; "
+                "the book's docs/outputs/bench_* keep the 0.8B runs only"
+            )
         if "prefill" in res:
             text = table(res)
             print(text)
@@ -522,26 +715,43 @@ def main(argv=None):
         fast_contexts = [int(n) for n in args.fast_contexts.split(",") if n]
         long = [int(n) for n in args.long.split(",") if n]
     cfg = Config.load(folder)
-    res = {"machine": machine_name(), "cpu": cpu_info(), "threads": args.threads,
-           "model": "tiny test model" if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
-           "repeats": args.repeats, "new_tokens": args.new_tokens}
+    res = {
+        "machine": machine_name(),
+        "cpu": cpu_info(),
+        "threads": args.threads,
+        "model": "tiny test model" if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
+        "repeats": args.repeats,
+        "new_tokens": args.new_tokens,
+    }
     n = 16 if args.tiny else args.steps_prompt
     res["steps_prompt"] = n
     res["steps"] = step_chain(folder, prompt_ids(cfg, n), args.new_tokens, args.repeats)
-    if not args.no_transformers:           # the reference, timed in turn with the clear model
-        pair = {"transformers": Transformers(folder, torch.bfloat16),
-                "clear": Ours(clear_from_pretrained(folder, torch.bfloat16))}
+    if not args.no_transformers:  # the reference, timed in turn with the clear model
+        pair = {
+            "transformers": Transformers(folder, torch.bfloat16),
+            "clear": Ours(clear_from_pretrained(folder, torch.bfloat16)),
+        }
         p = interleaved(pair, prefill_run(prompt_ids(cfg, n)), args.repeats)
         d = interleaved(pair, decode_run(prompt_ids(cfg, n), args.new_tokens), args.repeats)
-        res["steps_reference"] = {"transformers": {
-            "prefill_tok_s": n / statistics.median(p["transformers"]),
-            "decode_tok_s": args.new_tokens / statistics.median(d["transformers"]),
-            "prefill_x_clear": statistics.median(a / b for a, b in zip(p["clear"], p["transformers"])),
-            "decode_x_clear": statistics.median(a / b for a, b in zip(d["clear"], d["transformers"]))}}
+        res["steps_reference"] = {
+            "transformers": {
+                "prefill_tok_s": n / statistics.median(p["transformers"]),
+                "decode_tok_s": args.new_tokens / statistics.median(d["transformers"]),
+                "prefill_x_clear": statistics.median(
+                    a / b for a, b in zip(p["clear"], p["transformers"])
+                ),
+                "decode_x_clear": statistics.median(
+                    a / b for a, b in zip(d["clear"], d["transformers"])
+                ),
+            }
+        }
         del pair
     if args.steps_only:
         res["limits"] = machine_limits(args.tiny)
-        res["load"] = {name: load_in_subprocess(folder, name, args.threads) for name in ("clear", "fast")}
+        res["batch_sweep"] = batch_sweep(*((256, 512) if args.tiny else ()))
+        res["load"] = {
+            name: load_in_subprocess(folder, name, args.threads) for name in ("clear", "fast")
+        }
         res["load_avg"] = {"before": load0, "after": os.getloadavg()}
         res["seconds"] = time.perf_counter() - started
         text = steps_table(res)
@@ -553,19 +763,23 @@ def main(argv=None):
         return 0
 
     # loading: each in a fresh process, so that peak memory is its own
-    res["load"] = {name: load_in_subprocess(folder, name, args.threads)
-                   for name in ("clear", "fast", "int8", "w8a8")}
+    res["load"] = {
+        name: load_in_subprocess(folder, name, args.threads)
+        for name in ("clear", "fast", "int8", "w8a8")
+    }
     res["limits"] = machine_limits(args.tiny)
     res["attention"] = attention_kernels(cfg, (64, 256) if args.tiny else (2048, 8192))
     res["attention_layers"] = cfg.layer_types.count("full_attention")
     bf16 = torch.bfloat16
-    systems = {"ours clear": Ours(clear_from_pretrained(folder, bf16)),
-               "ours fast": Ours(fast.from_pretrained(folder, bf16)),
-               "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8")),
-               "ours int4": Ours(fast.from_pretrained(folder, bf16, quantize="int4"))}
+    systems = {
+        "ours clear": Ours(clear_from_pretrained(folder, bf16)),
+        "ours fast": Ours(fast.from_pretrained(folder, bf16)),
+        "ours int8": Ours(fast.from_pretrained(folder, bf16, quantize="int8")),
+        "ours int4": Ours(fast.from_pretrained(folder, bf16, quantize="int4")),
+    }
     if "fbgemm" in torch.backends.quantized.supported_engines:
         systems["ours w8a8"] = Ours(fast.from_pretrained(folder, bf16, quantize="w8a8"))
-    if args.compile:                 # an empty compile cache: the compile time a first run pays
+    if args.compile:  # an empty compile cache: the compile time a first run pays
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-inductor-")
         systems["ours compiled"] = Compiled(fast.from_pretrained(folder, bf16))
         res["compile_cache"] = "empty"
@@ -581,9 +795,13 @@ def main(argv=None):
         """The systems timed at n tokens: the clear path only up to --clear-max; the compiled one
         only for decode (each new prompt length would compile again), and w8a8 too (its prefill is
         int8's: the same code)."""
-        return {k: s for k, s in systems.items()
-                if not (k == "ours clear" and n > args.clear_max)
-                and not (k in ("ours compiled", "ours w8a8") and not decode)}
+        return {
+            k: s
+            for k, s in systems.items()
+            if not (k == "ours clear" and n > args.clear_max)
+            and not (k in ("ours compiled", "ours w8a8") and not decode)
+        }
+
     ids = prompt_ids(cfg, max(prompts + contexts + fast_contexts + long))
     res["prefill"], res["decode"], res["long_prefill"] = {}, {}, {}
     for n in prompts:
@@ -591,13 +809,20 @@ def main(argv=None):
         res["prefill"][n] = summarize(times, n, base)
         print_row(f"prefill {n}", res["prefill"][n])
     for n in contexts:
-        times = interleaved(at(n, decode=True), decode_run(ids[:, :n], args.new_tokens),
-                            args.repeats)
+        times = interleaved(
+            at(n, decode=True), decode_run(ids[:, :n], args.new_tokens), args.repeats
+        )
         res["decode"][n] = summarize(times, args.new_tokens, base)
         print_row(f"decode after {n}", res["decode"][n])
     # the fast path after longer contexts, each timed in turn with the first: their ratio is paired
-    res["context_pairs"] = context_pairs(systems["ours fast"].model, ids, contexts[0],
-                                         contexts[1:] + fast_contexts, args.new_tokens, PAIR_REPEATS)
+    res["context_pairs"] = context_pairs(
+        systems["ours fast"].model,
+        ids,
+        contexts[0],
+        contexts[1:] + fast_contexts,
+        args.new_tokens,
+        PAIR_REPEATS,
+    )
     for n in fast_contexts:
         res["decode"][n] = {"ours fast": {"tok_s": res["context_pairs"][n]["long_tok_s"]}}
         print_row(f"decode after {n}", res["decode"][n])
@@ -608,13 +833,16 @@ def main(argv=None):
         res["compile_seconds"] = systems["ours compiled"].compile_seconds
         # a second run finds what this one left in the compile cache
         res["compile_seconds_warm_cache"] = compile_in_subprocess(
-            folder, args.threads, args.new_tokens, os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    res["prefill_shares"] = prefill_shares(systems["ours fast"].model, ids[:, :max(prompts)])
+            folder, args.threads, args.new_tokens, os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        )
+    res["prefill_shares"] = prefill_shares(systems["ours fast"].model, ids[:, : max(prompts)])
+    res["batch_sweep"] = batch_sweep(*((256, 512) if args.tiny else ()))
     res["bounds"] = bounds(cfg, res["limits"])
     res["load_avg"] = {"before": load0, "after": os.getloadavg()}
     res["seconds"] = time.perf_counter() - started
     text = table(res)
     print(text)
+    print(steps_table(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")
     if args.write:
@@ -630,14 +858,18 @@ def prompt_ids(cfg, n):
 
 def tiny_folder():
     from book.tiny import path
+
     return path()
 
 
 def machine_name():
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.startswith("Model name"))
+        name = next(
+            line.split(":", 1)[1].strip()
+            for line in out.splitlines()
+            if line.startswith("Model name")
+        )
     except (OSError, StopIteration):
         name = platform.processor() or platform.machine()
     return f"{name}, {torch.backends.cpu.get_cpu_capability()}"
@@ -681,19 +913,32 @@ def compile_in_subprocess(folder, threads, new_tokens, cache_dir=None):
     """Seconds of the first compiled decode call (as Compiled times it), in a fresh Python with
     torch's compile cache in cache_dir (what an earlier compile left there), or an empty one."""
     with tempfile.TemporaryDirectory(prefix="bench-inductor-") as empty:
-        out = subprocess.run([sys.executable, "-c", COMPILE_CODE, str(folder), str(threads),
-                              str(new_tokens)], capture_output=True, text=True, cwd=ROOT, check=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT / "scripts"),
-                                  "TORCHINDUCTOR_CACHE_DIR": str(cache_dir or empty)})
+        out = subprocess.run(
+            [sys.executable, "-c", COMPILE_CODE, str(folder), str(threads), str(new_tokens)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT / "scripts"),
+                "TORCHINDUCTOR_CACHE_DIR": str(cache_dir or empty),
+            },
+        )
     return float(out.stdout.split()[-1])
 
 
 def load_in_subprocess(folder, kind, threads):
     """Seconds to load the model in a fresh Python, seconds from its start to the first token of a
     128-token prompt (imports, load, prefill), and its peak RSS in bytes."""
-    out = subprocess.run([sys.executable, "-c", LOAD_CODE, str(folder), kind, str(threads)],
-                         capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_CODE, str(folder), kind, str(threads)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     t, first, rss = out.stdout.split()[-3:]
     return {"seconds": float(t), "first_token_s": float(first), "peak_rss": int(rss)}
 
@@ -707,288 +952,21 @@ def bounds(cfg, lim):
     the last position only, so the table does not count; the attention scores, which grow with the
     prompt, are left out: a bound for short prompts)."""
     from qwen.weights import parameter_budget
+
     budget = parameter_budget(cfg)
     params, head = sum(budget.values()), budget["embedding"]
     read = lim["read_GBps"] * 1e9
-    return {"params": params,
-            "decode_bf16_tok_s": read / (2 * params),
-            "decode_int8_tok_s": read / params,
-            "decode_int4_tok_s": read / (0.625 * params),
-            "decode_q8_0_tok_s": read / (1.0625 * params),
-            "decode_q4_0_tok_s": read / (0.5625 * (params - head) + 0.8203 * head),
-            "prefill_tok_s": max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"]) * 1e9
-            / (2 * (params - head))}
-
-
-SHORT = {"ours clear": "clear", "ours fast": "fast", "ours int8": "int8", "ours w8a8": "w8a8",
-         "ours int4": "int4", "ours compiled": "compiled", "transformers": "hf"}
-
-
-def bound_of(name, b):
-    """The decode bound of a system: that of its weights' format (bf16 for the unquantized)."""
-    for key in ("q4_0", "q8_0", "int4", "int8", "w8a8"):
-        if key in name:
-            return b.get(f"decode_{'int8' if key == 'w8a8' else key}_tok_s", b["decode_int8_tok_s"])
-    return b["decode_bf16_tok_s"]
-
-
-def short(name):
-    """The name a system's values have in the book: fast, int8, hf, llama_q8_0 ..."""
-    return SHORT.get(name) or name.replace("llama.cpp ", "llama_")
-
-
-def print_row(label, row):
-    print(f"  {label:18}" + "  ".join(f"{k} {v['tok_s']:8.2f}" for k, v in row.items()), flush=True)
-
-
-def table(res):
-    """One row per system, one column per measurement: tokens/s (x paired ratio to the base)."""
-    b, lim = res["bounds"], res["limits"]
-    cols = [("prefill", n) for n in res["prefill"]] + [("decode", n) for n in res["decode"]]
-    names = list(dict.fromkeys(name for kind, n in cols for name in res[kind][n]))
-    base = "transformers" if "transformers" in names else "ours clear"
-    lines = [f"{res['model']} · {res['machine']} · {res['threads']} threads",
-             f"tokens/s, median of {res['repeats']} (x = median of paired ratios to {base})",
-             f"{'':16}" + "".join(f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>13}"
-                                  for k, n in cols)]
-    for name in names:
-        cells = ""
-        for kind, n in cols:
-            r = res[kind][n].get(name)
-            if r is None:
-                cells += f"{'-':>13}"
-            else:
-                x = f" x{r['x_' + base]:.2f}" if "x_" + base in r and name != base else ""
-                cells += f"{r['tok_s']:>7.2f}{x:<6}"
-        lines.append(f"{name:16}{cells}")
-    lines.append(f"{'bound':16}" + "".join(
-        f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>7.1f}{'':6}"
-        for k, n in cols))
-    first = next(iter(res["decode"].values()))
-    lines.append("decode as a fraction of its bound: " + ", ".join(
-        f"{name} {row['tok_s'] / bound_of(name, b):.0%}"
-        for name, row in first.items() if "q4" not in name))
-    if res.get("compile_seconds") is not None:
-        lines.append(f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s"
-                     + (f" ({res['compile_seconds_warm_cache']:.1f} s with torch's compile cache already filled)"
-                        if "compile_seconds_warm_cache" in res else ""))
-    for n, a in res.get("attention", {}).items():
-        lines.append(f"one token's attention over {n} cached tokens ({a['cache_MB']:.0f} MB), per layer: "
-                     f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms"
-                     + (f", reading it once {a['read_ms']:.2f} ms" if "read_ms" in a else ""))
-    if res.get("context_pairs"):
-        lines.append("ours fast, decode after a longer context against after the first, timed in turn "
-                     f"(median of {PAIR_REPEATS} paired ratios): " + ", ".join(
-                         f"{n}: {p['ratio']:.2f}x ({p['long_tok_s']:.2f} vs {p['short_tok_s']:.2f} tok/s)"
-                         for n, p in res["context_pairs"].items()))
-    if res.get("prefill_shares"):
-        p = res["prefill_shares"]
-        lines.append(f"ours fast, where a prefill of {p['tokens']} tokens goes: " + ", ".join(
-            f"{k} {v:.0%}" for k, v in p["shares"].items()) + " (the chunked rule is part of the DeltaNet mixers)")
-    if res["long_prefill"]:
-        lines.append("ours fast prefill, tok/s by prompt length: " + ", ".join(
-            f"{n}: {v:.1f}" for n, v in res["long_prefill"].items()))
-    lines.append("loading (s, peak RSS GB): " + ", ".join(
-        f"{k} {v['seconds']:.2f} s {v['peak_rss'] / 1e9:.2f} GB" for k, v in res["load"].items()))
-    lines.append(f"machine: read {lim['read_GBps']:.1f} GB/s; GEMM fp32 {lim['gemm_fp32_GFLOPs']:.0f},"
-                 f" bf16 {lim['gemm_bf16_GFLOPs']:.1f} GFLOP/s; GEMV GB/s: " + ", ".join(
-                     f"{k[5:-5]} {v:.1f}" for k, v in lim.items() if k.startswith("gemv_")))
-    lines.append(f"bounds: decode bf16 {b['decode_bf16_tok_s']:.1f}, int8 {b['decode_int8_tok_s']:.1f}"
-                 f", prefill {b['prefill_tok_s']:.0f} tok/s; load average "
-                 f"{res['load_avg']['before'][0]:.2f} -> {res['load_avg']['after'][0]:.2f}")
-    return "\n".join(lines)
-
-
-def flat_values(res):
-    """The numbers the pages quote, under flat keys: {{ value("bench_08b", "decode_128_fast") }}."""
-    v = {}
-    for kind in ("prefill", "decode"):
-        for n, row in res[kind].items():
-            for name, r in row.items():
-                v[f"{kind}_{n}_{short(name)}"] = f"{r['tok_s']:.1f}"
-                for k, x in r.items():
-                    if k.startswith("x_"):
-                        v[f"{kind}_{n}_{short(name)}_x"] = f"{x:.2f}"
-    if res.get("compile_seconds") is not None:
-        v["compile_s"] = f"{res['compile_seconds']:.0f}"
-        if "compile_seconds_warm_cache" in res:
-            v["compile_warm_s"] = f"{res['compile_seconds_warm_cache']:.0f}"
-        row = next(iter(res["decode"].values()))
-        saved = 1 / row["ours fast"]["tok_s"] - 1 / row["ours compiled"]["tok_s"]   # s per token
-        if saved > 0:        # tokens after which the compile time is won back
-            v["compile_breakeven_tokens"] = f"{res['compile_seconds'] / saved:,.0f}"
-    pairs = [("ours compiled", "ours fast"), ("ours fast", "llama.cpp bf16"),
-             ("ours int8", "llama.cpp q8_0"), ("ours int8", "llama.cpp q4_0"),
-             ("ours w8a8", "llama.cpp q8_0"), ("ours w8a8", "ours int8"), ("ours w8a8", "ours fast"),
-             ("ours fast", "ours clear")]
-    for kind in ("prefill", "decode"):                  # ratios of medians, not paired
-        for n, row in res[kind].items():
-            for a, b in pairs:
-                if a in row and b in row:
-                    v[f"{kind}_{n}_{short(a)}_vs_{short(b)}"] = f"{row[a]['tok_s'] / row[b]['tok_s']:.2f}"
-    for n, t in res["long_prefill"].items():
-        v[f"long_{n}"] = f"{t:.1f}"
-    for k, x in res.get("prefill_shares", {}).get("shares", {}).items():
-        v["share_" + k.split()[0].lower()] = f"{x:.0%}"
-    for n, a in res.get("attention", {}).items():
-        v[f"attn_{n}_sdpa_ms"], v[f"attn_{n}_ours_ms"] = f"{a['sdpa_ms']:.2f}", f"{a['ours_ms']:.2f}"
-        v[f"attn_{n}_sdpa_vs_ours"] = f"{a['sdpa_ms'] / a['ours_ms']:.1f}"
-        v[f"attn_{n}_cache_MB"] = f"{a['cache_MB']:.0f}"
-        if "read_ms" in a:
-            v[f"attn_{n}_read_ms"] = f"{a['read_ms']:.2f}"
-            v[f"attn_{n}_ours_vs_read"] = f"{a['ours_ms'] / a['read_ms']:.1f}"
-        # what one token reads from the KV caches of the attention layers, next to the weights' bytes
-        layers = res.get("attention_layers", 6)
-        v[f"kv_{n}_vs_weights"] = f"{layers * a['cache_MB'] * 1e6 / (2 * res['bounds']['params']):.1%}"
-    for k, x in res["load"].items():
-        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
-    v.update({k: f"{x:.1f}" for k, x in res["limits"].items()})
-    v.update({k: f"{x:.1f}" for k, x in res["bounds"].items() if k != "params"})
-    dec = res["decode"]
-    first = next(iter(dec))
-    for n in list(dec)[1:]:           # timed in turn when the run has the pairs, else apart
-        pair = res.get("context_pairs", {}).get(n)
-        v[f"decode_{n}_vs_{first}_fast"] = f"{pair['ratio']:.2f}" if pair else \
-            f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
-    for name, r in dec[first].items():
-        v[f"decode_{first}_{short(name)}_of_bound"] = f"{r['tok_s'] / bound_of(name, res['bounds']):.0%}"
-    return v
-
-
-def steps_values(res):
-    """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast") }}."""
-    v = {"cpu": res["cpu"]["name"], "cpu_flags": ", ".join(res["cpu"]["flags"]),
-         "threads": str(res["threads"])}
-    rows = {r["step"]: r for r in res["steps"]}
-    for r in res["steps"]:
-        key = r["step"].replace(" ", "_").replace("-", "_")
-        v[f"{key}_prefill"], v[f"{key}_decode"] = f"{r['prefill_tok_s']:.1f}", f"{r['decode_tok_s']:.2f}"
-        for k in ("prefill", "decode"):
-            if f"{k}_x_prev" in r:
-                v[f"{key}_{k}_x"] = f"{r[f'{k}_x_prev']:.2f}"
-        v[f"{key}_did"] = r["did"]
-    fast_row = [r for r in res["steps"] if r["chain"] == "bf16"][-1]
-    for k in ("prefill", "decode"):
-        v[f"fast_{k}"] = f"{fast_row[f'{k}_tok_s']:.1f}"
-        v[f"fast_vs_clear_{k}"] = f"{fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
-        hf = res.get("steps_reference", {}).get("transformers")
-        if hf:
-            v[f"hf_{k}"] = f"{hf[f'{k}_tok_s']:.1f}"
-            v[f"clear_vs_hf_{k}"] = f"{hf[f'{k}_x_clear']:.2f}"
-            # the chain's end against transformers: each ratio measured in turn, multiplied along
-            v[f"fast_vs_hf_{k}"] = f"{hf[f'{k}_x_clear'] * fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
-    for k, x in res.get("load", {}).items():
-        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
-        if "first_token_s" in x:
-            v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
-    v.update({k: f"{x:.1f}" for k, x in res.get("limits", {}).items()})
-    return v
-
-
-def write_outputs(res, text, folder, name="bench_08b"):
-    """docs/outputs/<name>.txt and .json (with "measured": true) and its figures, as book.regen would."""
-    import hashlib
-
-    from book import out
-    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
-    os.environ["BOOK_OUT"] = str(scratch)
-    try:
-        if name == "bench_08b" and res.get("long_prefill"):
-            out.save_figure(f"{name}_prefill_length", lambda t: draw_long(res, t))
-        if name == "bench_steps":
-            out.save_figure("bench_steps", lambda t: draw_steps(res, t))
-        figures = sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
-        sha = hashlib.sha256()
-        for f in sorted(folder.glob("*.safetensors")):
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 24), b""):
-                    sha.update(block)
-        prov = {"script": "scripts/bench.py", "model": res["model"], "weights_sha256": sha.hexdigest(),
-                "torch": torch.__version__, "python": platform.python_version(),
-                "device": f"cpu ({platform.machine()}, {res['threads']} threads)", "dtype": "bfloat16",
-                "seconds": round(res["seconds"], 1),
-                "values": steps_values(res) if name == "bench_steps" else flat_values(res),
-                "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}), "measured": True,
-                "machine": res["machine"], "threads": res["threads"],
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                "load": res["load_avg"], "results": res}
-        files = {f"outputs/{name}.txt": (text + "\n").encode(),
-                 f"outputs/{name}.json": (json.dumps(prov, ensure_ascii=False, indent=1,
-                                                     sort_keys=True) + "\n").encode()}
-        files.update({f"figures/{f.name}": f.read_bytes() for f in figures})
-        for rel, data in files.items():                  # each file whole or not at all
-            target = ROOT / "docs" / rel
-            tmp = target.with_name(f".{target.name}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-        print(f"wrote docs/{', docs/'.join(files)}", file=sys.stderr)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        os.environ.pop("BOOK_OUT", None)
-
-
-STEP_ZH = {"clear": "清晰版（第一部分）", "mapped load": "映射加载", "joined projections": "合并投影",
-           "activations": "激活精度", "packed weights": "预排权重", "fused norms": "融合归一化",
-           "decode conv": "解码卷积", "sdpa prompts": "提示词 SDPA", "grouped decode": "分组解码注意力",
-           "roomy cache": "预留缓存", "in-place state": "原地状态"}
-
-
-def draw_steps(res, t):
-    """Tokens/s after each step, prefill and decode side by side, the chains one after the other."""
-    import matplotlib.pyplot as plt
-    rows = res["steps"]
-    labels = [t(STEP_ZH.get(r["step"], r["step"]), r["step"]) for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 0.32 * len(rows) + 1.2), sharey=True)
-    for ax, kind, title in zip(axes, ("prefill", "decode"),
-                               (t(f"预填充 {res['steps_prompt']} 词元", f"prefill {res['steps_prompt']} tokens"),
-                                t("解码", "decode"))):
-        values = [r[f"{kind}_tok_s"] for r in rows]
-        colors = ["#888888" if r["step"] == "clear" else "#4c72b0" if r["chain"] == "bf16" else "#dd8452"
-                  for r in rows]
-        ax.barh(range(len(rows)), values, color=colors)
-        hf = res.get("steps_reference", {}).get("transformers")
-        if hf:
-            ax.axvline(hf[f"{kind}_tok_s"], color="#c44e52", ls="--", lw=1, label="transformers")
-            ax.legend(fontsize=7, loc="lower right")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel(t("词元/秒", "tokens/s"), fontsize=8)
-        ax.tick_params(labelsize=7)
-    axes[0].set_yticks(range(len(rows)), labels)
-    axes[0].invert_yaxis()
-    fig.tight_layout()
-    return fig
-
-
-def draw_long(res, t):
-    """ms per prompt token against prompt length: the fast path's curve (the prefill rows and the long
-    prompts), and the other systems where they were timed."""
-    import matplotlib.pyplot as plt
-    labels = {"ours fast": t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"),
-              "transformers": "transformers (bf16)", "llama.cpp bf16": "llama.cpp bf16",
-              "llama.cpp q8_0": "llama.cpp q8_0"}
-    series = {name: {} for name in labels}
-    for n, row in res.get("prefill", {}).items():
-        for name in labels:
-            if name in row:
-                series[name][int(n)] = row[name]["tok_s"]
-    # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot as categories
-    series["ours fast"].update({int(n): tok_s for n, tok_s in res["long_prefill"].items()})
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name, style in zip(labels, ("o-", "s--", "^:", "v:")):
-        points = sorted(series[name].items())
-        if points:
-            ax.plot([n for n, _ in points], [1e3 / tok_s for _, tok_s in points], style,
-                    label=labels[name])
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(t("提示词长度（词元）", "prompt length (tokens)"))
-    ax.set_ylabel(t("每个提示词元的毫秒数（对数）", "ms per prompt token (log)"))
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-        axis(FuncFormatter(lambda y, _: f"{y:g}"))          # 20, 30, 60 rather than 2 x 10^1
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+    return {
+        "params": params,
+        "decode_bf16_tok_s": read / (2 * params),
+        "decode_int8_tok_s": read / params,
+        "decode_int4_tok_s": read / (0.625 * params),
+        "decode_q8_0_tok_s": read / (1.0625 * params),
+        "decode_q4_0_tok_s": read / (0.5625 * (params - head) + 0.8203 * head),
+        "prefill_tok_s": max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"])
+        * 1e9
+        / (2 * (params - head)),
+    }
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Shared fixtures: the real Qwen3.5 tokenizer, built once per test session."""
+
 import pytest
 
 
@@ -9,6 +10,7 @@ def tokenizer_json(tmp_path_factory):
         from book.tiny import path as tiny_path
     except ImportError:
         from book.tokenizer import build_tokenizer_json
+
         return build_tokenizer_json(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
     return tiny_path() / "tokenizer.json"
 
@@ -16,6 +18,7 @@ def tokenizer_json(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_json):
     from tokenizers import Tokenizer
+
     return Tokenizer.from_file(str(tokenizer_json))
 
 
@@ -23,4 +26,35 @@ def tokenizer(tokenizer_json):
 def tiny_model():
     """The tiny test model's folder (built once, cached under .cache/)."""
     from book.tiny import path
+
     return path()
+
+
+# ------------------------------------------------------------------------------------ the two tiers
+# `make test` (the fast tier, every change) deselects these; `make test-all` (and CI) runs them too.
+# They run chapter code end to end, build the site, execute notebooks or start fresh Pythons.
+SLOW_FIXTURES = {"site", "official_site", "built_site", "executed_lessons"}
+SLOW = (
+    "tests/test_book.py::test_committed_outputs_are_current",  # regen --check: every script
+    "tests/test_book.py::test_every_code_block_runs",  # the pages' code blocks
+    "tests/test_notebooks.py::test_the_notebook_runs_top_to_bottom",
+    "tests/test_notebooks.py::test_the_first_cell_clones",  # a venv and a clone
+    "tests/test_lessons.py::test_nbexec_runs_every_lesson",
+    "tests/test_lessons.py::test_lesson_runs_with_the_solutions",
+    "tests/test_lessons.py::test_positional_lesson_runs_with_the_solutions",
+    "tests/test_provenance.py::test_with_tiny_outputs_pages_say_so",  # a site build
+    "tests/test_provenance.py::test_outputs_and_values_render_as_text",
+    "tests/test_regen.py::test_check_passes_with_another_cpus_kernels",
+    "tests/test_regen.py::test_check_passes_with_limited_kernels",
+    "tests/test_regen.py::test_concurrent_tiny_builds",
+    "tests/test_fast.py::test_bench_smoke",  # bench.py in a subprocess
+    "tests/test_fast.py::test_bench_times_llama_cpp",
+    "tests/test_book.py::test_tiny_model_builds_byte_for_byte",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = pytest.mark.slow
+    for item in items:
+        if item.nodeid.startswith(SLOW) or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(slow)

@@ -31,7 +31,14 @@ FENCE = re.compile(r"^( *)```python\n(.*?)^\1```$", re.M | re.S)
 
 @pytest.fixture(scope="module", autouse=True)
 def tiny_model_env():
-    os.environ.setdefault("QWEN_MODEL", str(tiny.path()))     # find_model() in the pages: the tiny test model
+    """find_model() in the pages: the tiny test model, for this module's tests only."""
+    before = os.environ.get("QWEN_MODEL")
+    os.environ.setdefault("QWEN_MODEL", str(tiny.path()))
+    yield
+    if before is None:
+        os.environ.pop("QWEN_MODEL", None)
+    else:
+        os.environ["QWEN_MODEL"] = before
 
 
 @pytest.fixture(scope="module")
@@ -226,22 +233,51 @@ CASES = [
     ("12-chat.md", ex.check_ch12_reusable, sol.reusable_prefix,
      [lambda a, b: len(a) if b[:len(a)] == a else 0], False),
     ("13-measuring.md", ex.check_ch13_decode_ceiling, sol.decode_ceiling,
-     [lambda params, b, gbps: gbps * 1e9 / params], False),                      # forgot the bytes per weight
-    ("13-measuring.md", ex.check_ch13_prefill_flops, sol.prefill_flops,
-     [lambda params, head, T: 2 * params * T], False),                           # the head at every position
-    ("14-loading.md", ex.check_ch14_tensor_bytes, sol.tensor_bytes,
-     [lambda shape, dtype: math.prod(shape)], False),                             # elements, not bytes
-    ("14-loading.md", ex.check_ch14_shares_memory, sol.shares_memory,
-     [lambda a, b: a.shape == b.shape or torch.equal(a[:1].flatten()[:1], b.flatten()[:1])], False),
+     [lambda P, b, gbps, gflops, B: gbps * 1e9 / (P * b),                        # the batch left out
+      lambda P, b, gbps, gflops, B: B * gbps * 1e9 / (P * b),                    # no arithmetic limit
+      lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / P, gflops * 1e9 / (2 * P)),   # bytes per weight
+      lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / (P * b), gflops * 1e9 / P),   # 1 FLOP per weight
+      lambda P, b, gbps, gflops, B: min(gbps * 1e9 / (P * b), gflops * 1e9 / (2 * P * B))],   # per sequence
+     False),
+    ("13-measuring.md", ex.check_ch13_ridge_batch, sol.ridge_batch,
+     [lambda b, gbps, gflops: gflops / gbps,                                     # right for bf16 only
+      lambda b, gbps, gflops: gflops / (2 * gbps),                               # bytes per weight left out
+      lambda b, gbps, gflops: gflops * b / gbps,                                 # 2 FLOP per weight left out
+      lambda b, gbps, gflops: gbps / gflops], False),
+    ("14-loading.md", ex.check_ch14_copies, sol.copies,
+     [lambda: dict.fromkeys(ex.COPIES, True),                                    # everything copies
+      lambda: dict.fromkeys(ex.COPIES, False),                                   # nothing does
+      lambda: {**sol.copies(), "w.to(torch.bfloat16)": True, "w.contiguous()": True},   # .to, .contiguous always
+      lambda: {**sol.copies(), "w.T.reshape(24)": False, "w[:, :3].reshape(12)": False},  # reshape never copies
+      lambda: {**sol.copies(), "w.T": True}], False),                            # a transpose moves data
+    ("14-loading.md", ex.check_ch14_join, sol.join,
+     [lambda ws: (torch.cat(list(ws.values())), list(ws)),                       # a copy, in the dict's order
+      lambda ws: (torch.cat([ws[n] for n in sorted(ws)]), sorted(ws)),           # a copy, by name
+      lambda ws: (lambda ts: (torch.cat([t for _, t in ts]), [n for n, _ in ts]))(   # storage order, but a copy
+          sorted(ws.items(), key=lambda kv: kv[1].data_ptr())),
+      lambda ws: (lambda ts: (ts[0][1].as_strided((sum(t.shape[0] for _, t in ts), ts[0][1].shape[1]),  # a view,
+                                                  (ts[0][1].shape[1], 1)), [n for n, _ in ts]))(      # no check
+          sorted(ws.items(), key=lambda kv: kv[1].data_ptr()))], False),
     ("15-decoding.md", ex.check_ch15_grown_capacity, sol.grown_capacity,
-     [lambda capacity, needed: max(capacity, needed)], False),                  # grows to fit, one copy a token
-    ("15-decoding.md", ex.check_ch15_split_fused, sol.split_fused,
-     [lambda y, sizes: y.chunk(len(sizes), dim=-1)], False),                     # equal parts
+     [lambda capacity, needed: max(capacity, needed),                            # grows to fit, one copy a token
+      lambda capacity, needed: 2 * capacity if needed > capacity else capacity,  # doubles once, may not fit
+      lambda capacity, needed: capacity + max(needed - capacity, 256) if needed > capacity else capacity,  # linear
+      lambda capacity, needed: 2 * capacity,                                     # grows even when it fits
+      lambda capacity, needed: 8 * max(capacity, needed) if needed > capacity else capacity], False),  # hoards
+    ("15-decoding.md", ex.check_ch15_conv_state, sol.conv_state,
+     [lambda window, k: window[..., -k:],                                        # a view of the whole window
+      lambda window, k: window[..., -k:].contiguous(),                           # copies only when not contiguous
+      lambda window, k: window[..., -k:].to(window.dtype),                       # the same dtype: no copy
+      lambda window, k: window[..., -k:].detach(),
+      lambda window, k: window.clone()[..., -k:]], False),                       # a copy of the whole window
     ("16-int8.md", ex.check_ch16_quantize, sol.quantize,
      [lambda w: (torch.round(w / (w.abs().max() / 127)).to(torch.int8),          # one scale for the matrix
                  (w.abs().max() / 127).expand(w.shape[0]))], False),
-    ("16-int8.md", ex.check_ch16_int8_matvec, sol.int8_matvec,
-     [lambda q, scale, x: q.float() @ x], False),                                # forgot the scale
+    ("16-int8.md", ex.check_ch16_head_saving, sol.head_saving,
+     [lambda P, head, b0, b1: head / P,                                          # the head's share of weights
+      lambda P, head, b0, b1: head * (b0 - b1) / ((P - head) * b0 + head * b1),  # out of the bytes after
+      lambda P, head, b0, b1: head * (b0 - b1) / ((P + head) * b0),              # the table counted twice
+      lambda P, head, b0, b1: 1 - b1 / b0], False),                              # as if everything were quantized
     ("16-int8.md", ex.check_ch16_round_activations, sol.round_activations,
      [lambda x: (lambda step: (torch.round(x / step).clamp(0, 127), step, torch.tensor(0.0)))(  # no zero point
          x.abs().max() / 127),

@@ -2,6 +2,7 @@
 step, applied in the book's order, fp32 logits equal the clear model's to 1e-4, with and without a
 cache; bf16, int8, w8a8 and int4 are no further from fp32 than stated next to the clear bf16 error;
 the result is still a qwen.model.Qwen made of the clear classes, whose tensors .to() moves."""
+
 import json
 import subprocess
 import sys
@@ -24,8 +25,10 @@ from tests.reference import max_diff, our_model, reference_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = 1e-4
-FBGEMM = pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines,
-                            reason="w8a8 needs torch's fbgemm kernels, which only x86 builds of torch have")
+FBGEMM = pytest.mark.skipif(
+    "fbgemm" not in torch.backends.quantized.supported_engines,
+    reason="w8a8 needs torch's fbgemm kernels, which only x86 builds of torch have",
+)
 HEADS = {"unequal": dict(n_k_head=2, n_v_head=4), "equal": dict(n_k_head=2, n_v_head=2)}
 STEPS = list(fast.STEPS)
 
@@ -33,7 +36,6 @@ STEPS = list(fast.STEPS)
 def save_checkpoint(clear, folder):
     """The clear model's weights and config as a checkpoint folder (text-only layout, sorted names)."""
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = clear.cfg
     W = {k: v.contiguous() for k, v in clear.state_dict().items() if k != "lm_head.weight"}
     save_file({"model." + k: W[k] for k in sorted(W)}, folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(clear.hf_config))
@@ -50,11 +52,11 @@ def pair(request, tmp_path_factory):
     return clear, save_checkpoint(clear, tmp_path_factory.mktemp("ckpt")), ids
 
 
-def decoded(model, ids, cfg, prompt=40, steps=20):
+def decoded(model, ids, prompt=40, steps=20):
     """Logits of a prompt, then of `steps` one-token decode steps, each fed the given ids."""
-    cache = model.new_cache(batch=ids.shape[0], max_tokens=prompt + 8)   # room runs out: it grows
+    cache = model.new_cache(batch=ids.shape[0], max_tokens=prompt + 8)  # room runs out: it grows
     out = [model(ids[:, :prompt], cache=cache)]
-    out += [model(ids[:, t:t + 1], cache=cache) for t in range(prompt, prompt + steps)]
+    out += [model(ids[:, t : t + 1], cache=cache) for t in range(prompt, prompt + steps)]
     return torch.cat(out, dim=1)
 
 
@@ -66,11 +68,17 @@ def test_each_step_keeps_the_fp32_logits_of_the_clear_model(pair, n):
     model = fast.from_pretrained(folder, torch.float32, steps=STEPS[:n])
     assert list(model.steps) == STEPS[:n]
     max_diff(f"after {STEPS[n - 1]!r}: one call", model(ids), clear(ids), TOL)
-    max_diff(f"after {STEPS[n - 1]!r}: prefill + 20 decode steps", decoded(model, ids, clear.cfg),
-             clear(ids[:, :60]), TOL)
+    max_diff(
+        f"after {STEPS[n - 1]!r}: prefill + 20 decode steps",
+        decoded(model, ids),
+        clear(ids[:, :60]),
+        TOL,
+    )
     cache = model.new_cache(batch=2)
     got = torch.cat([model(ids[:, a:b], cache=cache) for a, b in [(0, 40), (40, 90)]], dim=1)
-    max_diff(f"after {STEPS[n - 1]!r}: two chunks across the 64 boundary", got, clear(ids[:, :90]), TOL)
+    max_diff(
+        f"after {STEPS[n - 1]!r}: two chunks across the 64 boundary", got, clear(ids[:, :90]), TOL
+    )
 
 
 @torch.no_grad()
@@ -78,15 +86,21 @@ def test_the_fast_model_is_the_clear_model_made_of_its_own_classes(pair):
     clear, folder, ids = pair
     model = fast.from_pretrained(folder, torch.float32)
     assert type(model) is not Qwen and isinstance(model, Qwen)
-    layers = [layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
-              for layer in model.layers]
+    layers = [
+        layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+        for layer in model.layers
+    ]
     assert all(isinstance(m, (GatedDeltaNet, Attention)) for m in layers)
     assert all(isinstance(layer.mlp, MLP) for layer in model.layers)
     # every tensor is a parameter or a buffer, so .to() moves all of them (meta: no memory needed)
     model.to("meta")
     assert all(t.is_meta for t in [*model.parameters(), *model.buffers()])
-    loose = [f"{name}.{k}" for name, m in model.named_modules() for k, v in vars(m).items()
-             if isinstance(v, torch.Tensor)]
+    loose = [
+        f"{name}.{k}"
+        for name, m in model.named_modules()
+        for k, v in vars(m).items()
+        if isinstance(v, torch.Tensor)
+    ]
     assert not loose, f"tensors that .to() would not move: {loose}"
 
 
@@ -125,21 +139,25 @@ def test_bf16_int8_int4_and_w8a8_errors_next_to_the_clear_bf16_error(pair):
     choice) is no further than 1.5x the clear bf16 model's error; int8 at most 4x, int4 at most 16x;
     w8a8 at most 4x int8's. The errors are printed (pytest -s)."""
     clear, folder, ids = pair
-    ref = decoded(clear, ids, clear.cfg)
+    ref = decoded(clear, ids)
     clear16 = from_pretrained(folder, torch.bfloat16)
-    err = max_diff("clear bf16 vs fp32", decoded(clear16, ids, clear.cfg).float(), ref, 1.0)
+    err = max_diff("clear bf16 vs fp32", decoded(clear16, ids).float(), ref, 1.0)
     for act in ("bf16", "fp32"):
         m = fast.from_pretrained(folder, torch.bfloat16, activations=act)
         assert m.steps["activations"].startswith(act)
-        max_diff(f"fast bf16, {act} activations (clear bf16: {err:.3f})",
-                 decoded(m, ids, clear.cfg), ref, err * 1.5)
+        max_diff(
+            f"fast bf16, {act} activations (clear bf16: {err:.3f})",
+            decoded(m, ids),
+            ref,
+            err * 1.5,
+        )
     errs = {}
     for kind, bound in (("int8", 4 * err), ("int4", 16 * err)):
-        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize=kind), ids, clear.cfg)
+        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize=kind), ids)
         errs[kind] = max_diff(f"{kind} vs fp32 (clear bf16: {err:.3f})", got, ref, bound)
         assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
     if "fbgemm" in torch.backends.quantized.supported_engines:
-        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize="w8a8"), ids, clear.cfg)
+        got = decoded(fast.from_pretrained(folder, torch.bfloat16, quantize="w8a8"), ids)
         max_diff(f"w8a8 vs fp32 (int8: {errs['int8']:.3f})", got, ref, 4 * max(errs["int8"], err))
 
 
@@ -157,7 +175,7 @@ def test_w8a8_matvec_is_within_half_an_activation_step_of_the_int8_weights():
         err = (lin(x) - x @ wd.T).abs()
         assert (err <= bound).all(), f"off by {(err / bound).max():.2f} x the bound"
         assert err.max() > 0, "the activations were rounded"
-    xs = torch.randn(3, 40, 200, generator=gen)                        # 120 rows: the prefill path
+    xs = torch.randn(3, 40, 200, generator=gen)  # 120 rows: the prefill path
     assert torch.equal(lin(xs), ref_lin(xs))
 
 
@@ -168,7 +186,7 @@ def test_w8a8_without_fbgemm_says_what_to_use_instead(monkeypatch):
 
 
 def test_int8_rounds_each_weight_to_half_a_step_of_its_row():
-    w = torch.randn(64, 48) * torch.logspace(-3, 1, 64)[:, None]      # rows of very different sizes
+    w = torch.randn(64, 48) * torch.logspace(-3, 1, 64)[:, None]  # rows of very different sizes
     q, s = quantize_int8(w)
     assert q.dtype == torch.int8 and s.shape == (64,)
     assert ((dequantize_int8(q, s) - w).abs() <= s[:, None] / 2 + 1e-7).all()
@@ -179,6 +197,7 @@ def test_int4_kernel_equals_its_dequantized_weight():
     """torch's int4 kernel computes x @ dequantized(w).T (to bf16 rounding), each weight within half
     a step of its group, for one row and for many."""
     from qwen.quant import dequantize_int4, quantize_int4
+
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(64, 128, generator=gen) * torch.logspace(-2, 0, 64)[:, None]
     q, s, z = quantize_int4(w)
@@ -197,18 +216,24 @@ def test_greedy_tokens_equal_the_clear_model_on_the_tiny_model():
     clear = from_pretrained(folder)
     model = fast.from_pretrained(folder)
     assert list(generate(model, ids, 24)) == list(generate(clear, ids, 24))
-    kinds = ("int8", "int4", "w8a8") if "fbgemm" in torch.backends.quantized.supported_engines \
+    kinds = (
+        ("int8", "int4", "w8a8")
+        if "fbgemm" in torch.backends.quantized.supported_engines
         else ("int8", "int4")
+    )
     for q in kinds:
-        assert len(list(generate(fast.from_pretrained(folder, torch.bfloat16, quantize=q), ids, 4))) == 4
+        assert (
+            len(list(generate(fast.from_pretrained(folder, torch.bfloat16, quantize=q), ids, 4)))
+            == 4
+        )
 
 
 def test_mapped_load_views_the_file_and_joins_projections_without_copies():
     folder = tiny_path()
-    steps = [s for s in STEPS if s != "packed weights"]               # packing copies: not here
+    steps = [s for s in STEPS if s != "packed weights"]  # packing copies: not here
     model = fast.from_pretrained(folder, torch.bfloat16, steps=steps)
     file = next(folder.glob("*.safetensors"))
-    w = model.layers[0].mlp.gate_up_proj.proj.weight                  # gate_proj | up_proj
+    w = model.layers[0].mlp.gate_up_proj.proj.weight  # gate_proj | up_proj
     assert w.untyped_storage().nbytes() == file.stat().st_size, "a view of the mapped file"
     assert model.lm_head.weight is model.embed_tokens.weight, "tied: one table"
     assert not any(p.requires_grad for p in model.parameters())
@@ -225,8 +250,10 @@ def test_the_activation_choice_is_measured_and_recorded(monkeypatch):
         assert isinstance(model.embed_tokens, fast.WideEmbedding) == (faster == "fp32")
 
 
-@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
-                    reason="this CPU's oneDNN has no bf16 kernels: the packing step keeps plain weights")
+@pytest.mark.skipif(
+    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU's oneDNN has no bf16 kernels: the packing step keeps plain weights",
+)
 def test_packed_weights_compute_what_the_plain_bf16_weight_computes(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(96, 64, generator=gen).bfloat16()
@@ -242,7 +269,9 @@ def test_packed_weights_compute_what_the_plain_bf16_weight_computes(monkeypatch)
         model = fast.from_pretrained(folder, torch.bfloat16)
         assert model.steps["packed weights"].startswith("packed" if packed < plain else "plain")
         assert isinstance(model.layers[0].mlp.down_proj, kind)
-    assert "packed weights" not in fast.from_pretrained(folder, torch.bfloat16, quantize="int8").steps
+    assert (
+        "packed weights" not in fast.from_pretrained(folder, torch.bfloat16, quantize="int8").steps
+    )
 
 
 def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
@@ -251,7 +280,7 @@ def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
         fast.from_pretrained(folder, quantize="int2")
     with pytest.raises(ValueError, match="steps \\['warp'\\]"):
         fast.from_pretrained(folder, steps=["warp"])
-    with pytest.raises(ValueError, match='activations=.fp8'):
+    with pytest.raises(ValueError, match="activations=.fp8"):
         fast.from_pretrained(folder, torch.bfloat16, activations="fp8")
 
 
@@ -259,10 +288,13 @@ def test_the_fast_loader_names_what_the_clear_loader_names(pair, tmp_path):
     """One loader: a missing tensor, a misshapen one and an integer one are named the same way."""
     clear, folder, ids = pair
     from safetensors.torch import load_file
+
     W = load_file(folder / "model.safetensors")
-    cases = {"missing": lambda W: W.pop("model.layers.0.mlp.up_proj.weight"),
-             "shape": lambda W: W.update({"model.norm.weight": torch.zeros(3)}),
-             "dtype": lambda W: W.update({"model.norm.weight": torch.zeros(64, dtype=torch.int32)})}
+    cases = {
+        "missing": lambda W: W.pop("model.layers.0.mlp.up_proj.weight"),
+        "shape": lambda W: W.update({"model.norm.weight": torch.zeros(3)}),
+        "dtype": lambda W: W.update({"model.norm.weight": torch.zeros(64, dtype=torch.int32)}),
+    }
     for case, damage in cases.items():
         bad = tmp_path / case
         bad.mkdir()
@@ -276,28 +308,89 @@ def test_the_fast_loader_names_what_the_clear_loader_names(pair, tmp_path):
                 load(bad)
             errors.append(str(e.value).split(": ", 1)[-1] if case == "dtype" else str(e.value))
         assert errors[0] == errors[1] or case == "dtype", errors
-        assert {"missing": "missing from the checkpoint", "shape": "shape of norm.weight",
-                "dtype": "I32"}[case] in errors[1], errors
+        assert {
+            "missing": "missing from the checkpoint",
+            "shape": "shape of norm.weight",
+            "dtype": "I32",
+        }[case] in errors[1], errors
+
+
+def test_bench_write_never_puts_a_smoke_run_in_the_book(tmp_path):
+    """--write records the 0.8B runs only: a --tiny run, or --from-json of one, is refused and writes nothing."""
+    before = {p: p.read_bytes() for p in (ROOT / "docs" / "outputs").glob("bench_*")}
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--write"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "smoke test" in r.stderr and "--json" in r.stderr
+    tiny_run = tmp_path / "tiny.json"
+    tiny_run.write_text(json.dumps({"model": "tiny test model", "steps": []}))
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--from-json",
+            str(tiny_run),
+            "--write",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "0.8B runs only" in r.stderr
+    assert {p: p.read_bytes() for p in (ROOT / "docs" / "outputs").glob("bench_*")} == before
 
 
 def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--repeats", "1",
-                        "--threads", "1", "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--tiny",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "decode after" in r.stdout and "bounds: decode bf16" in r.stdout
     res = json.loads(out.read_text())
-    assert set(res["decode"][next(iter(res["decode"]))]) >= {"ours clear", "ours fast", "ours int8",
-                                                            "transformers"}
+    assert set(res["decode"][next(iter(res["decode"]))]) >= {
+        "ours clear",
+        "ours fast",
+        "ours int8",
+        "transformers",
+    }
     assert res["limits"]["read_GBps"] > 0
     # the longer context is timed in turn with the first one, on the fast path
     pair = res["context_pairs"]["48"]
     assert pair["short"] == 16 and pair["ratio"] > 0 and pair["long_tok_s"] > 0
     assert "timed in turn" in r.stdout
+    # the steps, from the clear model to int4, each timed in turn with the one before; the CPU named
+    steps = [r["step"] for r in res["steps"]]
+    assert steps[:2] == ["clear", "mapped load"] and steps[-1] == "int4" and "activations" in steps
+    assert all(r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 for r in res["steps"])
+    assert all("decode_x_prev" in r for r in res["steps"][1:])
+    assert "aten::mm" in {o["op"] for o in res["steps"][0]["profile"]["ops"]}
+    assert res["cpu"]["name"] and isinstance(res["cpu"]["flags"], list)
+    assert any(line.startswith("in-place state") for line in r.stdout.splitlines())
 
 
 def _bench():
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -308,24 +401,31 @@ def test_bench_times_two_contexts_in_turn_each_after_its_own_prompt(monkeypatch)
     """The paired context ratio: each side prefills its own prompt once, then they decode in A B B A order, and
     the ratio is the median of (short's time / long's time) over the turns."""
     from qwen.weights import Config
+
     bench, cfg, calls = _bench(), Config.load(tiny_path()), []
 
-    class Model:                               # a stand-in that records what it is called with
+    class Model:  # a stand-in that records what it is called with
         def __init__(self):
             self.cfg = cfg
+
+        def new_cache(self, batch=1, max_tokens=None):
+            return Cache(cfg, batch)
 
         def __call__(self, ids, cache, last_only):
             calls.append((ids.shape[1], id(cache)))
             return torch.zeros(1, 1, 5)
+
     ids = torch.zeros(1, 48, dtype=torch.long)
     clock = iter(range(10_000))
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))   # each timed call "takes" 1 tick
+    monkeypatch.setattr(
+        bench.time, "perf_counter", lambda: next(clock)
+    )  # each timed call "takes" 1 tick
     out = bench.context_pairs(Model(), ids, 16, [48], new_tokens=2, repeats=3)
     prefills = [n for n, _ in calls if n > 1]
     assert prefills == [16, 48]
-    caches = [c for n, c in calls if n == 1][4:]            # after the warm-up's 2 + 2 steps
+    caches = [c for n, c in calls if n == 1][4:]  # after the warm-up's 2 + 2 steps
     short, long = calls[0][1], calls[[n for n, _ in calls].index(48)][1]
-    turns = [caches[i] for i in range(0, len(caches), 2)]   # 2 steps per timed call
+    turns = [caches[i] for i in range(0, len(caches), 2)]  # 2 steps per timed call
     assert turns == [short, long, long, short, short, long]
     assert out[48]["short"] == 16 and out[48]["ratio"] == 1.0
 
@@ -333,22 +433,24 @@ def test_bench_times_two_contexts_in_turn_each_after_its_own_prompt(monkeypatch)
 def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
     """--from-json reads the lengths back as strings: the curve must still have one point per length on its
     log axis, not categories (with which the log axis keeps one point of two)."""
-    import importlib.util
-
     import matplotlib
+
+    from book import bench_report
+
     matplotlib.use("Agg")
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    res = json.loads(json.dumps({"long_prefill": {4096: 50.0, 1024: 80.0}}))     # keys now "4096", "1024"
-    line = bench.draw_long(res, lambda zh, en: en).axes[0].lines[0]
+    res = json.loads(
+        json.dumps({"long_prefill": {4096: 50.0, 1024: 80.0}})
+    )  # keys now "4096", "1024"
+    line = bench_report.draw_long(res, lambda zh, en: en).axes[0].lines[0]
     assert list(line.get_xdata()) == [1024, 4096]
     assert [round(y, 1) for y in line.get_ydata()] == [12.5, 20.0]
     # the prefill rows join the fast path's curve, and the other systems are drawn where they were timed
     res["prefill"] = {"128": {"ours fast": {"tok_s": 100.0}, "transformers": {"tok_s": 10.0}}}
-    ours, hf = bench.draw_long(res, lambda zh, en: en).axes[0].lines
+    ours, hf = bench_report.draw_long(res, lambda zh, en: en).axes[0].lines
     assert list(ours.get_xdata()) == [128, 1024, 4096] and list(hf.get_xdata()) == [128]
-    assert [round(y, 1) for y in hf.get_ydata()] == [100.0] and hf.get_label() == "transformers (bf16)"
+    assert [round(y, 1) for y in hf.get_ydata()] == [
+        100.0
+    ] and hf.get_label() == "transformers (bf16)"
 
 
 def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
@@ -367,9 +469,23 @@ print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if 
     gguf = tmp_path / "m-q8_0.gguf"
     gguf.write_bytes(b"GGUF")
     out = tmp_path / "bench.json"
-    args = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--repeats", "1", "--threads", "1",
-            "--no-transformers", "--llama-bench", str(fake), "--json", str(out)]
-    r = subprocess.run(args + ["--gguf", f"q8_0={gguf}"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    args = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench.py"),
+        "--tiny",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--no-transformers",
+        "--llama-bench",
+        str(fake),
+        "--json",
+        str(out),
+    ]
+    r = subprocess.run(
+        args + ["--gguf", f"q8_0={gguf}"], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
     first = next(iter(res["decode"]))
@@ -378,6 +494,11 @@ print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if 
     assert any(line.startswith("llama.cpp q8_0") for line in r.stdout.splitlines())
     calls = log.read_text().splitlines()
     assert f"-d {first}" in " ".join(calls) and all("-t 1" in c and "-r 1" in c for c in calls)
-    r = subprocess.run(args + ["--gguf", f"q8_0={tmp_path / 'absent.gguf'}"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        args + ["--gguf", f"q8_0={tmp_path / 'absent.gguf'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode != 0 and "absent.gguf: no such file" in r.stderr

@@ -1,0 +1,511 @@
+"""The benchmark's report: its tables, the values the pages quote, its figures, and its outputs in
+docs/outputs (written like book.regen's: one set of files, all or nothing). scripts/bench.py measures."""
+
+import datetime
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from book import regen
+from book.checkpoint import identify
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIR_REPEATS = 7  # turns of each context pair: a ratio near 1 needs more than --repeats
+
+
+def steps_table(res):
+    """The steps, one row each: tokens/s and the paired ratio to the step before."""
+    cpu = res["cpu"]
+    lines = [
+        f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · {res['threads']} threads",
+        f"prefill of {res['steps_prompt']} tokens, then {res['new_tokens']} decode steps; tokens/s,"
+        f" median of {res['repeats']} (x = median of paired ratios to the step before)",
+        f"{'step':22}{'ch':>3}{'prefill':>16}{'decode':>15}  what it did",
+    ]
+    for r in res["steps"]:
+        px = f" x{r['prefill_x_prev']:.2f}" if "prefill_x_prev" in r else ""
+        dx = f" x{r['decode_x_prev']:.2f}" if "decode_x_prev" in r else ""
+        lines.append(
+            f"{r['step']:22}{r['chapter']:>3}{r['prefill_tok_s']:>9.2f}{px:<7}"
+            f"{r['decode_tok_s']:>8.2f}{dx:<7}  {r['did']}"
+        )
+    for name, row in res.get("steps_reference", {}).items():
+        lines.append(
+            f"{name:22}{'':>3}{row['prefill_tok_s']:>9.2f}{'':7}{row['decode_tok_s']:>8.2f}"
+        )
+    prof = next((r["profile"] for r in res["steps"] if "profile" in r), None)
+    if prof:
+        lines.append(
+            f"one decode step of the clear model, {prof['ms_per_step']:.0f} ms ({prof['calls']} "
+            "operator calls), by operator (self time): "
+            + ", ".join(
+                f"{o['op']} {o['ms']:.1f} ms ({o['ms'] / prof['ms_per_step']:.0%}, {o['calls']}x)"
+                for o in prof["ops"][:6]
+            )
+            + f", the rest {prof['rest_ms']:.1f} ms"
+        )
+    if res.get("batch_sweep"):
+        lines.append(
+            "x @ w.T with w bf16 3584 x 1024, GFLOP/s by rows B: "
+            + ", ".join(
+                f"{r['batch']}: {r['plain_GFLOPs']:.0f}"
+                + (f"/{r['packed_GFLOPs']:.0f}" if "packed_GFLOPs" in r else "")
+                for r in res["batch_sweep"]
+            )
+            + (" (plain/packed)" if "packed_GFLOPs" in res["batch_sweep"][0] else "")
+        )
+    if res.get("load"):
+        lines.append(
+            "from a cold process to the first token of a 128-token prompt: "
+            + ", ".join(
+                f"{k} {v['first_token_s']:.2f} s (load {v['seconds']:.2f} s, peak RSS {v['peak_rss'] / 1e9:.2f} GB)"
+                for k, v in res["load"].items()
+                if "first_token_s" in v
+            )
+        )
+    if res.get("limits"):
+        lim = res["limits"]
+        lines.append(
+            f"machine: read {lim['read_GBps']:.1f} GB/s; GEMM fp32 {lim['gemm_fp32_GFLOPs']:.0f}, "
+            f"bf16 {lim['gemm_bf16_GFLOPs']:.0f} GFLOP/s; load average "
+            f"{res['load_avg']['before'][0]:.2f} -> {res['load_avg']['after'][0]:.2f}"
+        )
+    return "\n".join(lines)
+
+
+SHORT = {
+    "ours clear": "clear",
+    "ours fast": "fast",
+    "ours int8": "int8",
+    "ours w8a8": "w8a8",
+    "ours int4": "int4",
+    "ours compiled": "compiled",
+    "transformers": "hf",
+}
+
+
+def bound_of(name, b):
+    """The decode bound of a system: that of its weights' format (bf16 for the unquantized)."""
+    for key in ("q4_0", "q8_0", "int4", "int8", "w8a8"):
+        if key in name:
+            return b.get(f"decode_{'int8' if key == 'w8a8' else key}_tok_s", b["decode_int8_tok_s"])
+    return b["decode_bf16_tok_s"]
+
+
+def short(name):
+    """The name a system's values have in the book: fast, int8, hf, llama_q8_0 ..."""
+    return SHORT.get(name) or name.replace("llama.cpp ", "llama_")
+
+
+def print_row(label, row):
+    print(f"  {label:18}" + "  ".join(f"{k} {v['tok_s']:8.2f}" for k, v in row.items()), flush=True)
+
+
+def table(res):
+    """One row per system, one column per measurement: tokens/s (x paired ratio to the base)."""
+    b, lim = res["bounds"], res["limits"]
+    cols = [("prefill", n) for n in res["prefill"]] + [("decode", n) for n in res["decode"]]
+    names = list(dict.fromkeys(name for kind, n in cols for name in res[kind][n]))
+    base = "transformers" if "transformers" in names else "ours clear"
+    lines = [
+        f"{res['model']} · {res['machine']} · {res['threads']} threads",
+        f"tokens/s, median of {res['repeats']} (x = median of paired ratios to {base})",
+        f"{'':16}"
+        + "".join(
+            f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>13}" for k, n in cols
+        ),
+    ]
+    for name in names:
+        cells = ""
+        for kind, n in cols:
+            r = res[kind][n].get(name)
+            if r is None:
+                cells += f"{'-':>13}"
+            else:
+                x = f" x{r['x_' + base]:.2f}" if "x_" + base in r and name != base else ""
+                cells += f"{r['tok_s']:>7.2f}{x:<6}"
+        lines.append(f"{name:16}{cells}")
+    lines.append(
+        f"{'bound':16}"
+        + "".join(
+            f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>7.1f}{'':6}"
+            for k, n in cols
+        )
+    )
+    first = next(iter(res["decode"].values()))
+    lines.append(
+        "decode as a fraction of its bound: "
+        + ", ".join(
+            f"{name} {row['tok_s'] / bound_of(name, b):.0%}"
+            for name, row in first.items()
+            if "q4" not in name
+        )
+    )
+    if res.get("compile_seconds") is not None:
+        lines.append(
+            f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s"
+            + (
+                f" ({res['compile_seconds_warm_cache']:.1f} s with torch's compile cache already filled)"
+                if "compile_seconds_warm_cache" in res
+                else ""
+            )
+        )
+    for n, a in res.get("attention", {}).items():
+        lines.append(
+            f"one token's attention over {n} cached tokens ({a['cache_MB']:.0f} MB), per layer: "
+            f"sdpa {a['sdpa_ms']:.2f} ms, ours {a['ours_ms']:.2f} ms"
+            + (f", reading it once {a['read_ms']:.2f} ms" if "read_ms" in a else "")
+        )
+    if res.get("context_pairs"):
+        lines.append(
+            "ours fast, decode after a longer context against after the first, timed in turn "
+            f"(median of {PAIR_REPEATS} paired ratios): "
+            + ", ".join(
+                f"{n}: {p['ratio']:.2f}x ({p['long_tok_s']:.2f} vs {p['short_tok_s']:.2f} tok/s)"
+                for n, p in res["context_pairs"].items()
+            )
+        )
+    if res.get("prefill_shares"):
+        p = res["prefill_shares"]
+        lines.append(
+            f"ours fast, where a prefill of {p['tokens']} tokens goes: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in p["shares"].items())
+            + " (the chunked rule is part of the DeltaNet mixers)"
+        )
+    if res["long_prefill"]:
+        lines.append(
+            "ours fast prefill, tok/s by prompt length: "
+            + ", ".join(f"{n}: {v:.1f}" for n, v in res["long_prefill"].items())
+        )
+    lines.append(
+        "loading (s, peak RSS GB): "
+        + ", ".join(
+            f"{k} {v['seconds']:.2f} s {v['peak_rss'] / 1e9:.2f} GB" for k, v in res["load"].items()
+        )
+    )
+    lines.append(
+        f"machine: read {lim['read_GBps']:.1f} GB/s; GEMM fp32 {lim['gemm_fp32_GFLOPs']:.0f},"
+        f" bf16 {lim['gemm_bf16_GFLOPs']:.1f} GFLOP/s; GEMV GB/s: "
+        + ", ".join(f"{k[5:-5]} {v:.1f}" for k, v in lim.items() if k.startswith("gemv_"))
+    )
+    lines.append(
+        f"bounds: decode bf16 {b['decode_bf16_tok_s']:.1f}, int8 {b['decode_int8_tok_s']:.1f}"
+        f", prefill {b['prefill_tok_s']:.0f} tok/s; load average "
+        f"{res['load_avg']['before'][0]:.2f} -> {res['load_avg']['after'][0]:.2f}"
+    )
+    return "\n".join(lines)
+
+
+def flat_values(res):
+    """The numbers the pages quote, under flat keys: {{ value("bench_08b", "decode_128_fast") }}."""
+    v = {}
+    for kind in ("prefill", "decode"):
+        for n, row in res[kind].items():
+            for name, r in row.items():
+                v[f"{kind}_{n}_{short(name)}"] = f"{r['tok_s']:.1f}"
+                for k, x in r.items():
+                    if k.startswith("x_"):
+                        v[f"{kind}_{n}_{short(name)}_x"] = f"{x:.2f}"
+    if res.get("compile_seconds") is not None:
+        v["compile_s"] = f"{res['compile_seconds']:.0f}"
+        if "compile_seconds_warm_cache" in res:
+            v["compile_warm_s"] = f"{res['compile_seconds_warm_cache']:.0f}"
+        row = next(iter(res["decode"].values()))
+        saved = 1 / row["ours fast"]["tok_s"] - 1 / row["ours compiled"]["tok_s"]  # s per token
+        if saved > 0:  # tokens after which the compile time is won back
+            v["compile_breakeven_tokens"] = f"{res['compile_seconds'] / saved:,.0f}"
+    pairs = [
+        ("ours compiled", "ours fast"),
+        ("ours fast", "llama.cpp bf16"),
+        ("ours int8", "llama.cpp q8_0"),
+        ("ours int8", "llama.cpp q4_0"),
+        ("ours w8a8", "llama.cpp q8_0"),
+        ("ours w8a8", "ours int8"),
+        ("ours w8a8", "ours fast"),
+        ("ours fast", "ours clear"),
+    ]
+    for kind in ("prefill", "decode"):  # ratios of medians, not paired
+        for n, row in res[kind].items():
+            for a, b in pairs:
+                if a in row and b in row:
+                    v[f"{kind}_{n}_{short(a)}_vs_{short(b)}"] = (
+                        f"{row[a]['tok_s'] / row[b]['tok_s']:.2f}"
+                    )
+    for n, t in res["long_prefill"].items():
+        v[f"long_{n}"] = f"{t:.1f}"
+    for k, x in res.get("prefill_shares", {}).get("shares", {}).items():
+        v["share_" + k.split()[0].lower()] = f"{x:.0%}"
+    for n, a in res.get("attention", {}).items():
+        v[f"attn_{n}_sdpa_ms"], v[f"attn_{n}_ours_ms"] = (
+            f"{a['sdpa_ms']:.2f}",
+            f"{a['ours_ms']:.2f}",
+        )
+        v[f"attn_{n}_sdpa_vs_ours"] = f"{a['sdpa_ms'] / a['ours_ms']:.1f}"
+        v[f"attn_{n}_cache_MB"] = f"{a['cache_MB']:.0f}"
+        if "read_ms" in a:
+            v[f"attn_{n}_read_ms"] = f"{a['read_ms']:.2f}"
+            v[f"attn_{n}_ours_vs_read"] = f"{a['ours_ms'] / a['read_ms']:.1f}"
+        # what one token reads from the KV caches of the attention layers, next to the weights' bytes
+        layers = res.get("attention_layers", 6)
+        v[f"kv_{n}_vs_weights"] = (
+            f"{layers * a['cache_MB'] * 1e6 / (2 * res['bounds']['params']):.1%}"
+        )
+    for k, x in res["load"].items():
+        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
+    v.update({k: f"{x:.1f}" for k, x in res["limits"].items()})
+    v.update({k: f"{x:.1f}" for k, x in res["bounds"].items() if k != "params"})
+    dec = res["decode"]
+    first = next(iter(dec))
+    for n in list(dec)[1:]:  # timed in turn when the run has the pairs, else apart
+        pair = res.get("context_pairs", {}).get(n)
+        v[f"decode_{n}_vs_{first}_fast"] = (
+            f"{pair['ratio']:.2f}"
+            if pair
+            else f"{dec[n]['ours fast']['tok_s'] / dec[first]['ours fast']['tok_s']:.2f}"
+        )
+    for name, r in dec[first].items():
+        v[f"decode_{first}_{short(name)}_of_bound"] = (
+            f"{r['tok_s'] / bound_of(name, res['bounds']):.0%}"
+        )
+    return v
+
+
+def steps_values(res):
+    """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast") }}."""
+    v = {
+        "cpu": res["cpu"]["name"],
+        "cpu_flags": ", ".join(res["cpu"]["flags"]),
+        "threads": str(res["threads"]),
+    }
+    rows = {r["step"]: r for r in res["steps"]}
+    for r in res["steps"]:
+        key = r["step"].replace(" ", "_").replace("-", "_")
+        v[f"{key}_prefill"], v[f"{key}_decode"] = (
+            f"{r['prefill_tok_s']:.1f}",
+            f"{r['decode_tok_s']:.2f}",
+        )
+        for k in ("prefill", "decode"):
+            if f"{k}_x_prev" in r:
+                v[f"{key}_{k}_x"] = f"{r[f'{k}_x_prev']:.2f}"
+        v[f"{key}_did"] = r["did"]
+    fast_row = [r for r in res["steps"] if r["chain"] == "bf16"][-1]
+    for k in ("prefill", "decode"):
+        v[f"fast_{k}"] = f"{fast_row[f'{k}_tok_s']:.1f}"
+        v[f"fast_vs_clear_{k}"] = f"{fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
+        hf = res.get("steps_reference", {}).get("transformers")
+        if hf:
+            v[f"hf_{k}"] = f"{hf[f'{k}_tok_s']:.1f}"
+            v[f"clear_vs_hf_{k}"] = f"{hf[f'{k}_x_clear']:.2f}"
+            # the chain's end against transformers: each ratio measured in turn, multiplied along
+            v[f"fast_vs_hf_{k}"] = (
+                f"{hf[f'{k}_x_clear'] * fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
+            )
+    for k, x in res.get("load", {}).items():
+        v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
+        if "first_token_s" in x:
+            v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
+    v.update({k: f"{x:.1f}" for k, x in res.get("limits", {}).items()})
+    return v
+
+
+def write_outputs(res, text, folder, name="bench_08b"):
+    """docs/outputs/<name>.txt and .json (with "measured": true, the CPU and the load) and its figures,
+    replaced together through book.regen (a crash leaves all of them or none)."""
+    from book import out
+
+    if "0.8B" not in res["model"]:
+        raise SystemExit(
+            f"{name}: the book records the 0.8B runs only, not one on the {res['model']}"
+        )
+    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
+    os.environ["BOOK_OUT"] = str(scratch)
+    try:
+        if name == "bench_08b" and res.get("long_prefill"):
+            out.save_figure(f"{name}_prefill_length", lambda t: draw_long(res, t))
+        if name == "bench_steps":
+            out.save_figure("bench_steps", lambda t: draw_steps(res, t))
+            if res.get("batch_sweep"):
+                out.save_figure("bench_roofline", lambda t: draw_roofline(res, t))
+        figures = (
+            sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
+        )
+        prov = {
+            "script": "scripts/bench.py",
+            "model": res["model"],
+            "weights_sha256": identify(folder).sha256,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "device": f"cpu ({platform.machine()}, {res['threads']} threads)",
+            "dtype": "bfloat16",
+            "seconds": round(res["seconds"], 1),
+            "values": steps_values(res) if name == "bench_steps" else flat_values(res),
+            "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}),
+            "measured": True,
+            "machine": res["machine"],
+            "cpu": res.get("cpu"),
+            "threads": res["threads"],
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "load": res["load_avg"],
+            "results": res,
+        }
+        files = {
+            f"outputs/{name}.txt": (text + "\n").encode(),
+            f"outputs/{name}.json": regen.provenance_bytes(prov),
+        }
+        files.update({f"figures/{f.name}": f.read_bytes() for f in figures})
+        regen.replace_set(ROOT / "docs", name, files)
+        print(f"wrote docs/{', docs/'.join(files)}", file=sys.stderr)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.environ.pop("BOOK_OUT", None)
+
+
+STEP_ZH = {
+    "clear": "清晰版（第一部分）",
+    "mapped load": "映射加载",
+    "joined projections": "合并投影",
+    "activations": "激活精度",
+    "packed weights": "预排权重",
+    "fused norms": "融合归一化",
+    "decode conv": "解码卷积",
+    "sdpa prompts": "提示词 SDPA",
+    "grouped decode": "分组解码注意力",
+    "roomy cache": "预留缓存",
+    "in-place state": "原地状态",
+}
+
+
+def draw_steps(res, t):
+    """Tokens/s after each step, prefill and decode side by side, the chains one after the other."""
+    import matplotlib.pyplot as plt
+
+    rows = res["steps"]
+    labels = [t(STEP_ZH.get(r["step"], r["step"]), r["step"]) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 0.32 * len(rows) + 1.2), sharey=True)
+    for ax, kind, title in zip(
+        axes,
+        ("prefill", "decode"),
+        (
+            t(f"预填充 {res['steps_prompt']} 词元", f"prefill {res['steps_prompt']} tokens"),
+            t("解码", "decode"),
+        ),
+    ):
+        values = [r[f"{kind}_tok_s"] for r in rows]
+        colors = [
+            "#888888" if r["step"] == "clear" else "#4c72b0" if r["chain"] == "bf16" else "#dd8452"
+            for r in rows
+        ]
+        ax.barh(range(len(rows)), values, color=colors)
+        hf = res.get("steps_reference", {}).get("transformers")
+        if hf:
+            ax.axvline(hf[f"{kind}_tok_s"], color="#c44e52", ls="--", lw=1, label="transformers")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(t("词元/秒", "tokens/s"), fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_yticks(range(len(rows)), labels)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def draw_roofline(res, t):
+    """The roofline of this CPU: GFLOP/s against FLOP per byte of weight read (= the batch B for a
+    bf16 weight), the read bandwidth's slope and the GEMM peak, and the measured matmuls."""
+    import matplotlib.pyplot as plt
+
+    lim, sweep = res["limits"], res["batch_sweep"]
+    peak = max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"])
+    bw = lim["read_GBps"]
+    xs = [r["batch"] for r in sweep]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    grid = [xs[0] / 2] + xs + [xs[-1] * 2]
+    ax.plot(
+        grid,
+        [min(peak, bw * x) for x in grid],
+        "-",
+        color="#444444",
+        label=t(
+            f"上限：读 {bw:.0f} GB/s，GEMM {peak:.0f} GFLOP/s",
+            f"bound: read {bw:.0f} GB/s, GEMM {peak:.0f} GFLOP/s",
+        ),
+    )
+    ax.plot(xs, [r["plain_GFLOPs"] for r in sweep], "o-", label=t("bf16 F.linear", "bf16 F.linear"))
+    if "packed_GFLOPs" in sweep[0]:
+        ax.plot(
+            xs,
+            [r["packed_GFLOPs"] for r in sweep],
+            "s--",
+            label=t("bf16 预排（oneDNN）", "bf16 packed (oneDNN)"),
+        )
+    ax.axvline(bw and peak / bw, color="#c44e52", ls=":", lw=1)
+    ax.text(
+        peak / bw,
+        ax.get_ylim()[0] * 1.5 if ax.get_ylim()[0] > 0 else 1,
+        t(" 拐点", " ridge"),
+        color="#c44e52",
+        fontsize=8,
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(
+        t(
+            "每字节权重的 FLOP（= 每次读权重服务的序列数 B）",
+            "FLOP per byte of weight (= B, sequences served per weight read)",
+        )
+    )
+    ax.set_ylabel("GFLOP/s")
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.yaxis.set_major_formatter, ax.xaxis.set_major_formatter):
+        axis(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draw_long(res, t):
+    """ms per prompt token against prompt length: the fast path's curve (the prefill rows and the long
+    prompts), and the other systems where they were timed."""
+    import matplotlib.pyplot as plt
+
+    labels = {
+        "ours fast": t("我们的快速路径（bf16 权重）", "ours, fast path (bf16 weights)"),
+        "transformers": "transformers (bf16)",
+        "llama.cpp bf16": "llama.cpp bf16",
+        "llama.cpp q8_0": "llama.cpp q8_0",
+    }
+    series = {name: {} for name in labels}
+    for n, row in res.get("prefill", {}).items():
+        for name in labels:
+            if name in row:
+                series[name][int(n)] = row[name]["tok_s"]
+    # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot as categories
+    series["ours fast"].update({int(n): tok_s for n, tok_s in res["long_prefill"].items()})
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, style in zip(labels, ("o-", "s--", "^:", "v:")):
+        points = sorted(series[name].items())
+        if points:
+            ax.plot(
+                [n for n, _ in points],
+                [1e3 / tok_s for _, tok_s in points],
+                style,
+                label=labels[name],
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(t("提示词长度（词元）", "prompt length (tokens)"))
+    ax.set_ylabel(t("每个提示词元的毫秒数（对数）", "ms per prompt token (log)"))
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+        axis(FuncFormatter(lambda y, _: f"{y:g}"))  # 20, 30, 60 rather than 2 x 10^1
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
