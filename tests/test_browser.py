@@ -39,10 +39,15 @@ PHONE, DESKTOP = 390, 1280
 # stems (cach, gate, chunk) finds none of them. Each must find pages of the edition searched, and only those.
 SEARCH = {
     "zh": ["嵌入", "注意力", "缓存", "分词器", "cache", "gated", "weights", "tokens", "chunked", "attention"],
-    "en": ["cache", "gated", "weights", "tokens", "chunked", "attention", "embeddings", "嵌入"],
+    "en": ["cache", "gated", "weights", "tokens", "chunked", "attention", "embeddings", "嵌入",
+           "caching", "quantization"],
 }
 # "嵌入" on the English edition finds nothing: the English pages hold no Chinese; it must not find Chinese pages.
 EXPECT_NONE = {("en", "嵌入")}
+# English words in a form the book does not use (it says cache, cached; quantize, quantized, int8): the English
+# index stems, so each finds the pages of its word's other forms, and at least these.
+INFLECTED = {("en", "caching"): ("cache", {"en/11-generation/", "en/15-decoding/"}),
+             ("en", "quantization"): ("quantize", {"en/14-loading/", "en/16-int8/"})}
 
 pytestmark = pytest.mark.browser
 
@@ -219,12 +224,18 @@ for (const pre of document.querySelectorAll("article pre")) {
   const b = button && button.getBoundingClientRect();
   let covered = [];
   if (b && b.width) {                             // text under the copy button (the first lines' ends)
+    let clip = scroller;                          // what scrolls: the code, or a cell's highlight box
+    while (clip !== block && !/auto|scroll|hidden/.test(getComputedStyle(clip).overflowX)) clip = clip.parentElement;
+    const c = clip.getBoundingClientRect();
+    const [shownLeft, shownRight] = [c.left + clip.clientLeft, c.left + clip.clientLeft + clip.clientWidth];
     const walker = document.createTreeWalker(scroller, NodeFilter.SHOW_TEXT);
     for (let n = walker.nextNode(); n; n = walker.nextNode()) {
       const range = document.createRange(); range.selectNodeContents(n);
-      for (const r of range.getClientRects())
-        if (r.width > 1 && r.right > b.left + 1 && r.left < b.right && r.bottom > b.top + 1 && r.top < b.bottom - 1)
+      for (const r of range.getClientRects()) {
+        const [left, right] = [Math.max(r.left, shownLeft), Math.min(r.right, shownRight)];  // the part not scrolled away
+        if (right - left > 1 && right > b.left + 1 && left < b.right && r.bottom > b.top + 1 && r.top < b.bottom - 1)
           covered.push(n.textContent.trim().slice(0, 40));
+      }
     }
   }
   code.push({longest, scroll: scroller.scrollWidth, client: scroller.clientWidth, covered: covered.filter(Boolean),
@@ -242,7 +253,58 @@ const cells = [...document.querySelectorAll(".jp-Cell .jp-InputArea-editor, .jp-
 const breaking = [...document.querySelectorAll(".jp-OutputArea-output pre")]
   .filter(e => getComputedStyle(e).wordBreak === "break-all").length;
 const lesson = {article: Math.round(article), narrowest: cells.length ? Math.min(...cells) : null, breaking};
-return {formulas, code, figures, bg, switcher, lesson, scheme: document.body.getAttribute("data-md-color-scheme"),
+// An element that shows only part of `e`'s right end and gives no scrollbar to see the rest (null: none does).
+const cutBy = e => {
+  const right = e.getBoundingClientRect().right;
+  for (let a = e.parentElement; a && a.tagName !== "ARTICLE"; a = a.parentElement) {
+    const s = getComputedStyle(a), shown = a.getBoundingClientRect().left + a.clientLeft + a.clientWidth;
+    if (s.overflowX === "visible" || right <= shown + 1) continue;
+    if (/auto|scroll/.test(s.overflowX) && a.scrollWidth > a.clientWidth + 1) return null;   // it scrolls
+    return (a.className || a.tagName).toString().slice(0, 40);
+  }
+  return null;
+};
+// Tables: Material's look (a border round the table, a rule between rows, cells padded apart), nothing cut off.
+const tables = [...document.querySelectorAll("article table")].filter(t => t.offsetParent).map(t => {
+  const cell = t.querySelector("td") || t.querySelector("th"), cs = getComputedStyle(cell);
+  let gap = Infinity;                              // between the text of neighbouring cells of a row
+  for (const row of t.rows) {
+    const ends = [...row.cells].map(c => {
+      const range = document.createRange(); range.selectNodeContents(c);
+      const rs = [...range.getClientRects()].filter(r => r.width > 0);
+      return rs.length ? [Math.min(...rs.map(r => r.left)), Math.max(...rs.map(r => r.right))] : null;
+    });
+    for (let i = 1; i < ends.length; i++)
+      if (ends[i - 1] && ends[i]) gap = Math.min(gap, ends[i][0] - ends[i - 1][1]);
+  }
+  return {text: t.textContent.trim().replace(/\\s+/g, " ").slice(0, 50), gap: Math.round(gap),
+          border: parseFloat(getComputedStyle(t).borderTopWidth), rule: parseFloat(cs.borderTopWidth),
+          padding: parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight), cut: cutBy(t)};
+});
+// Formulas (MathJax's SVG, its size in ex): drawn at their own size, or squeezed; a formula wider than the column
+// must scroll, not be cut off.
+const math = [...document.querySelectorAll("article mjx-container")].map(c => {
+  const svg = c.querySelector(":scope > svg");
+  if (!svg || !c.offsetParent) return null;
+  const probe = document.createElement("span");
+  probe.style.cssText = "position:absolute;width:100ex;height:0;visibility:hidden";
+  c.appendChild(probe);
+  const ex = probe.getBoundingClientRect().width / 100;
+  probe.remove();
+  const own = parseFloat(svg.getAttribute("width")) * ex, drawn = svg.getBoundingClientRect().width;
+  return {tex: c.textContent.slice(0, 40), display: c.getAttribute("display") === "true",
+          lesson: !!c.closest(".jp-RenderedMarkdown"), scale: +(drawn / own).toFixed(3), width: Math.round(drawn),
+          font: +(parseFloat(getComputedStyle(c).fontSize) * drawn / own).toFixed(1), cut: cutBy(svg)};
+}).filter(Boolean);
+// The words the page's chrome says: labels and tooltips, image descriptions, the footer, a lesson cell's tag.
+const labels = [];
+for (const e of document.querySelectorAll("[title], [aria-label], img[alt], input[placeholder]"))
+  for (const a of ["title", "aria-label", "alt", "placeholder"])
+    if (e.hasAttribute(a) && e.getAttribute(a).trim()) labels.push([a, e.tagName.toLowerCase(), e.getAttribute(a)]);
+for (const e of document.querySelectorAll(".md-copyright, .md-footer__direction, .cell-tag, clipboard-copy .notice"))
+  labels.push(["text", e.className.toString().split(" ")[0], e.textContent.trim().replace(/\\s+/g, " ")]);
+return {formulas, code, figures, bg, switcher, lesson, tables, math, labels,
+        scheme: document.body.getAttribute("data-md-color-scheme"),
         width: document.documentElement.clientWidth, overflowX: document.documentElement.scrollWidth};
 """
 
@@ -411,20 +473,21 @@ def test_pages_fit_the_phone_screen(sweep, edition):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
-    """The book's code lines are at most 100 columns: at 1280 px each one shows whole, none under the copy button.
-    On a lesson page (a rendered notebook: its code cells and folded solutions) no code line scrolls sideways."""
+    """The book's code lines are at most 100 columns: at 1280 px each one shows whole. No text is under a copy button,
+    in a block that scrolls sideways too (the button has a lane of its own, the code scrolls left of it). On a
+    lesson page (a rendered notebook: its code cells and folded solutions) no code line scrolls sideways."""
     s = sweep(edition, DESKTOP)
     problems, longer = [], []
     for p, r in s.results.items():
         for c in r["code"]:
+            if c["covered"]:                          # a block that scrolls too: its first lines pass the button
+                problems.append((p, f"the copy button covers {c['covered'][:3]}"))
             if c["longest"] > 100 and "lessons/" not in p:
                 longer.append(f"{p}: {c['longest']} columns: {c['first']!r}")
                 continue
             if c["scroll"] > c["client"] + 1:
                 problems.append((p, f"a {c['longest']}-column line overflows ({c['scroll']} > {c['client']} px): "
                                     f"{c['first']!r}"))
-            if c["covered"]:
-                problems.append((p, f"the copy button covers {c['covered'][:3]}"))
     if longer:
         print(f"lines over 100 columns scroll sideways ({len(longer)} blocks):\n" + "\n".join(longer))
     assert sum(len(r["code"]) for r in s.results.values()) > 0
@@ -485,6 +548,81 @@ def test_figures_keep_their_own_size_on_the_phone(sweep, edition):
                 for p, r in s.results.items() for f in r["figures"] if f["box"][2] < 0.95 * f["natural"]]
     assert any(r["figures"] for r in s.results.values()), "no figure found"
     report(s, problems, "figure-size-phone")
+
+
+@pytest.mark.parametrize("width", [PHONE, DESKTOP])
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_tables_are_readable_and_never_cut_off(sweep, edition, width):
+    """Every table, a lesson's too, has Material's table look: a border, a rule between rows, cells padded apart (a
+    lesson table once showed "262,2082,560", its cells glued, when MathJax's marking gave it a class). A table
+    wider than the column scrolls; none is cut off with no way to see the rest."""
+    s = sweep(edition, width)
+    problems = []
+    for p, r in s.results.items():
+        for t in r["tables"]:
+            if t["border"] < 1 or t["rule"] < 1:
+                problems.append((p, f"table {t['text']!r} has no border or no rules between rows: not styled"))
+            if t["padding"] < 12 or t["gap"] < 8:
+                problems.append((p, f"table {t['text']!r}: cells {t['gap']} px apart, padded {t['padding']} px"))
+            if t["cut"]:
+                problems.append((p, f"table {t['text']!r} is cut off by .{t['cut']}, which gives no scrollbar"))
+    lesson_tables = sum(len(r["tables"]) for p, r in s.results.items() if "lessons/" in p)
+    print(f"{edition} {width} px: {sum(len(r['tables']) for r in s.results.values())} tables, {lesson_tables} in lessons")
+    assert lesson_tables, "no table found in a lesson: the measurement finds none"
+    report(s, problems, "table")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_phone_formulas_keep_their_size_and_scroll(sweep, edition):
+    """At 390 px every formula, inline or displayed, a chapter's or a lesson's, is drawn at its own size (a long one
+    was squeezed to 43 %, its glyphs 7 px, a lesson's display formulas to 53-80 %) and one wider than the column
+    scrolls sideways instead of being cut off."""
+    s = sweep(edition, PHONE)
+    problems, kinds, wide = [], {}, 0
+    for p, r in s.results.items():
+        for m in r["math"]:
+            kind = ("a lesson's " if m["lesson"] else "") + ("display" if m["display"] else "inline")
+            kinds[kind] = kinds.get(kind, 0) + 1
+            wide += m["width"] > r["width"] - 32
+            if m["scale"] < 0.95 or m["font"] < 10:
+                problems.append((p, f"{kind} formula {m['tex']!r} drawn at {m['scale']:.0%} of its size "
+                                    f"({m['font']} px)"))
+            if m["cut"]:
+                problems.append((p, f"{kind} formula {m['tex']!r} is cut off by .{m['cut']}, no scrollbar"))
+    print(f"{edition}: formulas at 390 px {kinds}, {wide} wider than the column")
+    for kind in ("inline", "display", "a lesson's display", "a lesson's inline"):
+        assert kinds.get(kind), f"no {kind} formula found: the measurement finds none"
+    report(s, problems, "formula-phone")
+
+
+CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+NO_ALT = "No description has been provided for this image"      # nbconvert's stand-in for an image with no alt
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_the_pages_labels_speak_the_editions_language(sweep, edition):
+    """The words around the text are the edition's: every tooltip, label and image description (the palette toggle,
+    the permalinks, the copy buttons, a lesson figure's alt text), the footer and a lesson cell's tag. On a zh page
+    each holds Chinese, on an en page none does, and no image has nbconvert's "No description" stand-in."""
+    s = sweep(edition, DESKTOP)
+    problems, seen = [], set()
+    for p, r in s.results.items():
+        for attr, tag, text in r["labels"]:
+            seen.add((attr, tag))
+            where = f"<{tag}> {attr}" if attr != "text" else f".{tag}"
+            if text == NO_ALT:
+                problems.append((p, f"{where}: an image with no description ({text!r})"))
+            elif edition == "zh" and not CJK.search(text):
+                problems.append((p, f"{where} in English on a Chinese page: {text!r}"))
+            elif edition == "en" and CJK.search(text):
+                problems.append((p, f"{where} in Chinese on an English page: {text!r}"))
+    expected = {("title", "label"): "the palette toggle", ("title", "a"): "a permalink", ("alt", "img"): "a figure",
+                ("aria-label", "clipboard-copy"): "a lesson's copy button", ("text", "cell-tag"): "an exercise's tag",
+                ("text", "md-copyright"): "the footer"}
+    missing = [what for key, what in expected.items() if key not in seen]
+    assert not missing, f"not found on any page, so not checked: {missing}"
+    problems = sorted(set(problems))
+    report(s, problems, "labels")
 
 
 # What a reader sees of the page's text on a phone, every folded block opened: TeX that MathJax left as it was
@@ -555,7 +693,8 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
     if (stable >= 3 && meta() !== empty) break;
   }
   const snippets = [...document.querySelectorAll(".md-search-result__article")].map(e => e.textContent).join(" ");
-  done({meta: meta(), pages: items(), snippets});
+  const marks = [...document.querySelectorAll(".md-search-result mark")].map(e => e.textContent);
+  done({meta: meta(), pages: items(), snippets, marks});
 })();
 """
 
@@ -580,13 +719,26 @@ def test_search_finds_words_in_their_forms_and_stays_in_its_edition(sweep, url, 
         wrong = [p for p in pages_ if p.startswith(en_root) != (edition == "en")]
         if wrong:
             problems.append(("", f"{query!r} shows pages of the other edition: {wrong[:3]}"))
-        raw = re.findall(r"\\[(\[].{0,20}", found["snippets"])
+        raw = re.findall(r"\\[(\[].{0,20}|\$[^$]{0,40}\\[A-Za-z]+.{0,10}|\$\$.{0,20}", found["snippets"])
         if raw:
             problems.append(("", f"{query!r}: snippets show raw TeX: {raw[:3]}"))
+        for char, name in (("\u00b6", "a heading's ¶"), ("\u200b", "zero-width spaces")):
+            if char in found["snippets"]:
+                problems.append(("", f"{query!r}: results show {name} ({found['snippets'].count(char)})"))
+        broken = [m for m in found["marks"] if re.search(r"[<>]", m)]
+        if broken:
+            problems.append(("", f"{query!r}: a result marks {broken[:3]}: its markup broke (a word marked twice)"))
         if (edition, query) in EXPECT_NONE:
             continue
         if not pages_:
             problems.append(("", f"{query!r} finds nothing ({found['meta']})"))
+        if (edition, query) in INFLECTED:
+            base, expected = INFLECTED[edition, query]
+            found_base = sorted(set(search(s.browser, base)["pages"]))
+            wanted = sorted(urlsplit(url).path + e for e in expected)
+            if not set(wanted) <= set(pages_) or pages_ != found_base:
+                problems.append(("", f"{query!r} finds {pages_}; {base!r} finds {found_base}; both must, and "
+                                     f"include {wanted}"))
     if problems:
         shot(s.browser, f"search_{edition}")
     assert not problems, "\n".join(p for _, p in problems)
@@ -668,8 +820,14 @@ def test_each_edition_has_its_own_404_page(site, url, chrome, sweep):
     assert '<html lang="zh"' in zh and "找不到" in zh, "the 404 page at the root is not the Chinese one"
     assert '<html lang="en"' in en and "Page not found" in en, "en/404.html is not the English one"
     s = sweep("zh", DESKTOP)
+    base = urlsplit(url).path
+    homes = {"zh": base, "en": base + "en/"}
     for path, text in (("404.html", "找不到"), ("en/404.html", "Page not found")):
         load(s.browser, url + path)
         assert text in s.browser.find_element("tag name", "article").text
         errors = [e["message"] for e in s.browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, f"{path}: {errors}"
+        switcher = s.browser.execute_script(
+            "return [...document.querySelectorAll('.md-select a[hreflang]')].map(a => [a.hreflang, a.href])")
+        links = {lang: urlsplit(href).path for lang, href in switcher}
+        assert links == homes, f"{path}: the language switcher links {links}, not each edition's home {homes}"
