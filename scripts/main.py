@@ -128,7 +128,7 @@ def load_model(args):
             folder = find_model()
         except ModelNotFound as e:
             raise Abort(f"{e}\nOr try the program on the tiny test model: "
-                        "python scripts/main.py --tiny")
+                        "python scripts/main.py --tiny") from None
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
     try:
@@ -138,12 +138,14 @@ def load_model(args):
                         "or --quantize int8")
         model = fast.from_pretrained(folder, DTYPES[args.dtype], args.device, quantize=args.quantize)
     except (CheckpointError, FileNotFoundError, ValueError) as e:    # each names the file
-        raise Abort(str(e))
+        raise Abort(str(e)) from None
     try:
         tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as e:                                 # the tokenizers library raises Exception
-        raise Abort(f"{folder / 'tokenizer.json'} cannot be read ({e}): download it again")
-    from book.tiny import is_tiny                          # by its files' sha256
+        raise Abort(f"{folder / 'tokenizer.json'} cannot be read ({e}): "
+                    "download it again") from None
+    from book.tiny import is_tiny  # the tiny model by its files' sha256
+
     return model, tok, folder, args.tiny or is_tiny(folder)
 
 
@@ -284,9 +286,9 @@ def console():
 
 
 def run(args):
-    if sys.stderr is None:                                    # 2>&-: notes go nowhere, not to stdout
+    if sys.stderr is None:                     # 2>&-: the notes go nowhere, not into stdout
         sys.stderr = open(os.devnull, "w")
-    if sys.stdout is None:                                    # >&-: the answer would go nowhere
+    if sys.stdout is None:                     # >&-: the answer would go nowhere
         print("error: stdout is closed, so the answer has nowhere to go: "
               "run it without >&-", file=sys.stderr)
         return 1
