@@ -248,47 +248,68 @@ def reusable_prefix(read, prompt):
 
 
 # --8<-- [start:ch13_decode_ceiling]
-def decode_ceiling(params, bytes_per_weight, gb_per_s):
-    """Tokens per second when every weight is read once per token."""
-    return gb_per_s * 1e9 / (params * bytes_per_weight)
+def decode_ceiling(params, bytes_per_weight, gb_per_s, gflop_per_s, batch):
+    """Tokens per second of `batch` sequences: one read of the weights serves them all, up to the
+    arithmetic's limit of 2 FLOP per weight per sequence."""
+    by_bytes = batch * gb_per_s * 1e9 / (params * bytes_per_weight)
+    by_flops = gflop_per_s * 1e9 / (2 * params)
+    return min(by_bytes, by_flops)
 # --8<-- [end:ch13_decode_ceiling]
 
 
-# --8<-- [start:ch13_prefill_flops]
-def prefill_flops(params, head, tokens):
-    """2 FLOPs per weight per token; the head scores only the last position."""
-    return 2 * (params - head) * tokens + 2 * head
-# --8<-- [end:ch13_prefill_flops]
+# --8<-- [start:ch13_ridge_batch]
+def ridge_batch(bytes_per_weight, gb_per_s, gflop_per_s):
+    """B sequences do 2 B FLOP per weight read: the two limits meet where 2 B / bytes = peak / bandwidth."""
+    return gflop_per_s * bytes_per_weight / (2 * gb_per_s)
+# --8<-- [end:ch13_ridge_batch]
 
 
-# --8<-- [start:ch14_tensor_bytes]
-def tensor_bytes(shape, dtype):
-    """Elements times the bytes of one element."""
-    return math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-# --8<-- [end:ch14_tensor_bytes]
+# --8<-- [start:ch14_copies]
+def copies():
+    """For each expression, True when it copies the data of w (a contiguous bf16 [4, 6] tensor)."""
+    return {
+        "w.to(torch.bfloat16)": False,      # already bf16: .to returns w itself
+        "w.to(torch.float32)": True,        # another dtype: new bytes
+        "w.T": False,                       # strides swapped, a view
+        "w.T.contiguous()": True,           # the transposed order laid out anew
+        "w.contiguous()": False,            # already contiguous: w itself
+        "w.reshape(24)": False,             # contiguous: a view
+        "w.T.reshape(24)": True,            # no strides walk w.T's rows over w's storage
+        "w[1:3].reshape(12)": False,        # whole rows are contiguous: a view
+        "w[:, :3].reshape(12)": True,       # half rows are not: a copy
+    }
+# --8<-- [end:ch14_copies]
 
 
-# --8<-- [start:ch14_shares_memory]
-def shares_memory(a, b):
-    """Views of one storage start in the same block of memory."""
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-# --8<-- [end:ch14_shares_memory]
+# --8<-- [start:ch14_join]
+def join(weights):
+    """Rows in storage order; a view when each tensor ends where the next begins, else a copy."""
+    ts = sorted(weights.items(), key=lambda kv: kv[1].data_ptr())
+    names = [n for n, _ in ts]
+    adjacent = all(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+                   and a.data_ptr() + a.nbytes == b.data_ptr() for (_, a), (_, b) in zip(ts, ts[1:]))
+    if adjacent:
+        first = ts[0][1]
+        rows = sum(t.shape[0] for _, t in ts)
+        return first.as_strided((rows, first.shape[1]), (first.shape[1], 1)), names
+    return torch.cat([t for _, t in ts]), names
+# --8<-- [end:ch14_join]
 
 
 # --8<-- [start:ch15_grown_capacity]
 def grown_capacity(capacity, needed):
-    """Double until `needed` fits: n tokens cost O(log n) copies, not n."""
-    while capacity < needed:
-        capacity *= 2
-    return capacity
+    """The rule of RoomyKVCache (chapter 15): at least double, and at least what is needed."""
+    if needed <= capacity:
+        return capacity
+    return max(needed, 2 * capacity)
 # --8<-- [end:ch15_grown_capacity]
 
 
-# --8<-- [start:ch15_split_fused]
-def split_fused(y, sizes):
-    """One matmul's output cut back into its projections."""
-    return torch.split(y, sizes, dim=-1)
-# --8<-- [end:ch15_split_fused]
+# --8<-- [start:ch15_conv_state]
+def conv_state(window, k):
+    """The last k inputs, cloned: a slice alone would keep the whole window alive."""
+    return window[..., -k:].clone()
+# --8<-- [end:ch15_conv_state]
 
 
 # --8<-- [start:ch16_quantize]
@@ -300,16 +321,16 @@ def quantize(w):
 # --8<-- [end:ch16_quantize]
 
 
-# --8<-- [start:ch16_int8_matvec]
-def int8_matvec(q, scale, x):
-    """Multiply by the int8 rows, then scale each result once."""
-    return (q.float() @ x) * scale
-# --8<-- [end:ch16_int8_matvec]
+# --8<-- [start:ch16_head_saving]
+def head_saving(params, head, bytes_before, bytes_after):
+    """The head's bytes saved, out of all the bytes one decode step read before."""
+    return head * (bytes_before - bytes_after) / (params * bytes_before)
+# --8<-- [end:ch16_head_saving]
 
 
 # --8<-- [start:ch16_round_activations]
 def round_activations(x):
-    """One step and one whole zero point for the vector; 127 levels, as fbgemm uses on AVX2."""
+    """One step and one whole zero point for the vector; 128 levels (7 bits), as fbgemm uses."""
     lo, hi = x.min().clamp(max=0), x.max().clamp(min=0)
     step = ((hi - lo) / 127).clamp(min=1e-12)
     zero = torch.round(-lo / step)
