@@ -20,9 +20,18 @@ from qwen.model import Qwen
 from qwen.norm import RMSNorm, RMSNormGated
 from qwen.quant import QUANTIZED
 from qwen.rope import RotaryEmbedding
-from qwen.weights import PREFIXES, SKIP, CheckpointError, Config, load, settle_head, weight_files
+from qwen.weights import (
+    PREFIXES,
+    SKIP,
+    Config,
+    check_finite,
+    load,
+    load_weights,
+    settle_head,
+    weight_files,
+)
 
-ROWS = 16          # a matmul with more rows than this is compute-bound (a prompt), else a decode step
+ROWS = 16          # more rows than this: a prompt, compute-bound; fewer: a decode step
 # --8<-- [end:imports]
 
 
@@ -57,34 +66,34 @@ def mmap_safetensors(file):
                                              nbytes=os.path.getsize(file))
     out = {}
     for name, h in header.items():
-        if h["dtype"] not in DTYPES:
-            raise CheckpointError(f"{file}: {name} is stored as {h['dtype']}; the model reads "
-                                  f"{', '.join(DTYPES)} weights: is it a quantized checkpoint?")
-        dtype = DTYPES[h["dtype"]]
+        dtype = DTYPES[h["dtype"]]                       # weight_files() let only these through
         start = 8 + n + h["data_offsets"][0]             # in bytes; safetensors aligns it
         out[name] = torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, h["shape"])
     return out
 
 
-def load_tensors(path):
-    """Every text-model tensor of a checkpoint folder, memory-mapped, in the file's dtype."""
+def load_tensors(path, finite=True):
+    """Every text-model tensor of a checkpoint folder, memory-mapped, in the file's dtype, with the
+    clear loader's checks (weight_files: the index, the dtypes; check_finite: no NaN or inf)."""
     W = {}
-    for file in weight_files(path):                       # each checked whole, as load_weights does
+    for file in weight_files(path):
         for name, t in mmap_safetensors(file).items():
             if not name.startswith(SKIP):
+                if finite:
+                    check_finite(t, name, file)
                 W[next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)] = t
     return settle_head(W, path)                           # tied: drop a saved head; untied: need it
 # --8<-- [end:mmap]
 
 
 # --8<-- [start:load_mapped]
-def load_mapped(path, dtype=torch.bfloat16):
+def load_mapped(path, dtype=torch.bfloat16, finite=True):
     """Step 1 (chapter 14): the clear model, built on the meta device (no memory, no random fill),
     its Parameters then made from the mapped file itself: a weight in `dtype` is not copied."""
     cfg = Config.load(path)
     with torch.device("meta"):
         model = Qwen(cfg)
-    W = {k: t if t.dtype == dtype else t.to(dtype) for k, t in load_tensors(path).items()}
+    W = {k: t if t.dtype == dtype else t.to(dtype) for k, t in load_tensors(path, finite).items()}
     load(model, W)                                        # the clear loader's checks, all of them
     # computed, not stored: made again off the meta device
     model.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
@@ -283,7 +292,8 @@ def pack_weights(model):
     the head (a copy of the tied table: lookups still read the plain one) go through oneDNN."""
     weight = model.embed_tokens.weight
     if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
-        return f"plain (packing is for bf16 weights on the CPU, these are {weight.dtype} on {weight.device.type})"
+        return (f"plain (packing is for bf16 weights on the CPU, these are {weight.dtype} "
+                f"on {weight.device.type})")
     if not (torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
         return "plain (this CPU's oneDNN has no bf16 kernels)"
     ms = gemv_speeds()
@@ -475,10 +485,11 @@ STEPS = {"mapped load": None, "joined projections": join_projections,
 
 
 def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, steps=None,
-                    activations="auto"):
+                    activations="auto", finite=True):
     """The model of the checkpoint folder `path`, made fast: the clear model of qwen/model.py
     with the steps of chapters 14-16 applied in order (all of them, or those named in `steps`;
-    without "mapped load" the clear loader reads the file). model.steps says what each step did."""
+    without "mapped load" the clear loader reads the file). model.steps says what each step did.
+    finite=False skips the check for NaN and inf weights (a pass over every weight at load)."""
     names = list(STEPS) if steps is None else list(steps)
     unknown = [n for n in names if n not in STEPS]
     if unknown:
@@ -487,10 +498,10 @@ def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, step
         raise ValueError(f"quantize={quantize!r}: use None (the weights as they are), "
                          + ", ".join(f'"{k}"' for k in QUANTIZED))
     if "mapped load" in names:
-        model = load_mapped(path, dtype).to(device)
+        model = load_mapped(path, dtype, finite).to(device)
     else:
-        from qwen.model import from_pretrained as clear
-        model = clear(path, dtype, device)
+        model = load(Qwen(Config.load(path)), load_weights(path, dtype, finite)).to(device)
+        model.requires_grad_(False)
     if quantize is not None and "packed weights" in names:
         names.remove("packed weights")                  # int8 and int4 have kernels of their own
     model.steps = {}

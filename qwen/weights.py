@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 
 from qwen.checks import real, whole
@@ -277,12 +278,17 @@ def load_weights(path, dtype=None, finite=True):
                     continue
                 short = next((name[len(p):] for p in PREFIXES if name.startswith(p)), name)
                 t = f.get_tensor(name)
-                # one NaN or inf in a weight spreads to every score: find it here, named
-                if finite and not torch.isfinite(t).all():
-                    raise CheckpointError(f"{file}: tensor {name} holds NaN or inf values: "
-                                          "the file is damaged; download it again")
+                if finite:
+                    check_finite(t, name, file)
                 W[short] = t if dtype is None else t.to(dtype)
     return settle_head(W, path)
+
+
+def check_finite(t, name, file):
+    """One NaN or inf in a weight spreads to every score: find it at load, named."""
+    if not torch.isfinite(t).all():
+        raise CheckpointError(f"{file}: tensor {name} holds NaN or inf values: "
+                              "the file is damaged; download it again")
 
 
 DTYPES = ("BF16", "F16", "F32")          # what the official files hold, and what we compute in
@@ -379,8 +385,8 @@ def _damaged(file, error):
 
 # --8<-- [start:load]
 def load(module, W, prefix=""):
-    """Copy the tensors named `prefix + name` into `module`;
-    any missing, unexpected or misshapen one is an error."""
+    """Put the tensors named `prefix + name` into `module`;
+    any missing, unexpected, misshapen or non-float one is an error."""
     mine = {}
     # a tied Parameter shows up under two names: it is loaded once, under the first
     for k, t in module.state_dict(keep_vars=True).items():
@@ -392,11 +398,20 @@ def load(module, W, prefix=""):
                  for k in theirs if k not in mine]
     problems += [f"shape of {prefix}{k}: checkpoint {tuple(v.shape)}, module {tuple(mine[k].shape)}"
                  for k, v in theirs.items() if k in mine and v.shape != mine[k].shape]
+    problems += [f"dtype of {prefix}{k}: {v.dtype}, where the model needs floating-point weights"
+                 for k, v in theirs.items() if k in mine and not v.is_floating_point()]
     if problems:
         raise ValueError(f"cannot load {type(module).__name__} from prefix {prefix!r}:\n  "
                          + "\n  ".join(problems))
+    built_on_meta = {}
     for k, t in mine.items():
-        # take the checkpoint's tensor as it is (no copy); a tied twin follows along
-        t.data = theirs[k]
+        if t.is_meta:       # made without memory (chapter 14): the file's tensor is the Parameter
+            built_on_meta[t] = nn.Parameter(theirs[k], requires_grad=False)
+        else:               # take the checkpoint's tensor as it is (no copy); a tied twin follows
+            t.data = theirs[k]
+    for m in module.modules():                  # every place a replaced Parameter sits, a tie too
+        for name, p in m._parameters.items():
+            if p in built_on_meta:
+                m._parameters[name] = built_on_meta[p]
     return module
 # --8<-- [end:load]

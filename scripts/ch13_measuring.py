@@ -1,5 +1,7 @@
 """Chapter 13: what one token costs. Bytes and FLOPs per token from the 0.8B config, and the
 operator calls of one decode step, counted by the profiler (measured times: scripts/bench.py)."""
+from pathlib import Path
+
 import torch
 from torch.profiler import profile
 
@@ -10,7 +12,7 @@ from qwen.model import from_pretrained
 from qwen.weights import Config, find_model, parameter_budget
 
 torch.set_grad_enabled(False)
-cfg = Config.load("book/data/qwen3.5-0.8b")              # the official config.json, no weights
+cfg = Config.load(Path(__file__).parent.parent / "book/data/qwen3.5-0.8b")   # the official config
 params = sum(parameter_budget(cfg).values())
 head = cfg.vocab_size * cfg.hidden_size
 print(f"Qwen3.5-0.8B: {params:,} parameters; the output layer (the tied table) has {head:,}, "

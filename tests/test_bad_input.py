@@ -959,3 +959,37 @@ def test_a_killed_regen_takes_its_script_along_and_the_next_run_sweeps_its_scrat
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     regen.sweep_scratch()
     assert list(scratch.iterdir()) == []  # swept by the next run
+
+
+@pytest.mark.parametrize("batch", [0, -1, 1.5, True])
+def test_a_cache_for_no_sequences_is_refused(batch):
+    from qwen.cache import Cache
+    from qwen.weights import Config
+    with pytest.raises(ValueError, match=r"batch=.*whole number >= 1"):
+        Cache(Config(layer_types=["linear_attention", "full_attention"]), batch)
+
+
+def test_the_fast_loader_names_a_nan_weight_as_the_clear_one_does(tmp_path):
+    """One loader: the mapped load checks NaN and inf like load_weights, with the same message."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from book.tiny import path as tiny_path
+    from qwen import fast
+    from qwen.model import from_pretrained
+    from qwen.weights import CheckpointError
+    src = tiny_path()
+    for f in src.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    file = next(tmp_path.glob("*.safetensors"))
+    W = load_file(file)
+    name = next(k for k in W if k.endswith("mlp.up_proj.weight"))
+    W[name][0, 0] = float("nan")
+    save_file(W, file, metadata={"format": "pt"})
+    messages = []
+    for load in (from_pretrained, fast.from_pretrained):
+        with pytest.raises(CheckpointError) as e:
+            load(tmp_path)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and name in messages[0] and "NaN or inf" in messages[0]
