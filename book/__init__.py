@@ -1,1 +1,2 @@
-"""The book's machinery: the tiny test model, regenerated outputs, page macros, executed code blocks."""
+"""The book's machinery: the tiny test model, regenerated outputs, page macros, executed code
+blocks."""

@@ -1,16 +1,20 @@
-"""Which checkpoint a folder holds, by what its weights are: the tiny test model, the official Qwen/Qwen3.5-0.8B
-weights (every *.safetensors file's sha256 proven to be the official one), or another checkpoint, named by its folder
-and sha256.
+"""Which checkpoint a folder holds, by what its weights are: the tiny test model, the official
+Qwen/Qwen3.5-0.8B weights (every *.safetensors file's sha256 proven to be the official one), or
+another checkpoint, named by its folder and sha256.
 
-    python -m book.checkpoint models/Qwen3.5-0.8B               # its label, and the line to pin if it is new
-    python -m book.checkpoint --official models/Qwen3.5-0.8B    # fail unless it holds the official weights
+    python -m book.checkpoint models/Qwen3.5-0.8B               # its label, and the line to pin if
+                                                                # it is new
+    python -m book.checkpoint --official models/Qwen3.5-0.8B    # fail unless it holds the official
+                                                                # weights
 
-A file is official when its sha256 is pinned in book/data/qwen3.5-0.8b/weights.sha256, or when it is the LFS object
-that the Hugging Face hub itself named for Qwen/Qwen3.5-0.8B: in the hub cache (snapshots/<rev>/<file> links to
-blobs/<sha256>) or in a `hf download --local-dir` folder (.cache/huggingface/download/<file>.metadata holds the
-commit and the sha256). Either way the file's own sha256 is computed and must match. Digests are cached in
-.cache/sha256.json by (path, size, mtime), so a 1.75 GB file is read once.
+A file is official when its sha256 is pinned in book/data/qwen3.5-0.8b/weights.sha256, or when it is
+the LFS object that the Hugging Face hub itself named for Qwen/Qwen3.5-0.8B: in the hub cache
+(snapshots/<rev>/<file> links to blobs/<sha256>) or in a `hf download --local-dir` folder
+(.cache/huggingface/download/<file>.metadata holds the commit and the sha256). Either way the file's
+own sha256 is computed and must match. Digests are cached in .cache/sha256.json by (path, size,
+mtime), so a 1.75 GB file is read once.
 """
+
 import argparse
 import hashlib
 import json
@@ -26,8 +30,9 @@ from qwen.weights import REPO_ID, CheckpointError, read_json
 ROOT = Path(__file__).resolve().parent.parent
 PINNED = ROOT / "book" / "data" / "qwen3.5-0.8b" / "weights.sha256"
 CACHE = ROOT / ".cache" / "sha256.json"
-HUB_FOLDER = f"models--{REPO_ID.replace('/', '--')}"            # the hub cache's folder for the repository
-# revisions of Qwen/Qwen3.5-0.8B whose local-dir download metadata we trust (the workflow downloads this one)
+HUB_FOLDER = f"models--{REPO_ID.replace('/', '--')}"  # the hub cache's folder for the repository
+# revisions of Qwen/Qwen3.5-0.8B whose local-dir download metadata we trust (the workflow downloads
+# this one)
 OFFICIAL_REVISIONS = {"2fc06364715b967f1860aea9cf38778875588b17"}
 TINY = "tiny test model"
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -35,24 +40,26 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class Checkpoint:
-    label: str        # "tiny test model", "Qwen/Qwen3.5-0.8B", or "<folder> (sha256 <12 hex>)"
-    sha256: str       # of the one weights file; of the sorted `sha256sum` listing when there are several
+    label: str  # "tiny test model", "Qwen/Qwen3.5-0.8B", or "<folder> (sha256 <12 hex>)"
+    sha256: str  # of the one weights file; of the sorted `sha256sum` listing when there are several
     official: bool
     tiny: bool
 
 
 def identify(folder):
     """What the checkpoint in `folder` is, decided by its files' sha256, never by a flag in them."""
-    from book.tiny import is_tiny                  # book.tiny builds the model this compares with
+    from book.tiny import is_tiny  # book.tiny builds the model this compares with
 
     folder = Path(folder)
-    read_json(folder / "config.json")              # a missing or broken config is named first
+    read_json(folder / "config.json")  # a missing or broken config is named first
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"No *.safetensors files in {folder}")
     digests = {f.name: file_sha256(f) for f in files}
     listing = "".join(f"{d}  {name}\n" for name, d in digests.items())
-    sha = digests[files[0].name] if len(files) == 1 else hashlib.sha256(listing.encode()).hexdigest()
+    sha = (
+        digests[files[0].name] if len(files) == 1 else hashlib.sha256(listing.encode()).hexdigest()
+    )
     # the tiny model by its bytes: a config that says book_tiny_test_model proves nothing
     if is_tiny(folder):
         return Checkpoint(TINY, sha, official=False, tiny=True)
@@ -63,26 +70,40 @@ def identify(folder):
 
 
 def pinned_sha256():
-    """The official files' sha256 listed in book/data/qwen3.5-0.8b/weights.sha256 (sha256sum format)."""
+    """The official files' sha256 listed in book/data/qwen3.5-0.8b/weights.sha256 (sha256sum
+    format)."""
     lines = PINNED.read_text().splitlines() if PINNED.is_file() else []
     return {line.split()[0].lower() for line in lines if line.strip() and not line.startswith("#")}
 
 
 def hub_sha256(file):
-    """The sha256 the Hugging Face hub gave for `file` as part of Qwen/Qwen3.5-0.8B, or None if it gave none."""
+    """The sha256 the Hugging Face hub gave for `file` as part of Qwen/Qwen3.5-0.8B, or None if it
+    gave none."""
     file = Path(file)
     snapshot = file.parent.resolve()
-    # the hub cache: <cache>/models--Qwen--Qwen3.5-0.8B/snapshots/<rev>/<file> -> ../../blobs/<sha256>
-    # (that blob may itself link on into the cache's shared store, named by another hash: follow one link only)
-    if file.is_symlink() and snapshot.parent.name == "snapshots" and snapshot.parent.parent.name == HUB_FOLDER:
+    # the hub cache: <cache>/models--Qwen--Qwen3.5-0.8B/snapshots/<rev>/<file> ->
+    # ../../blobs/<sha256> (that blob may itself link on into the cache's shared store, named by
+    # another hash: follow one link only)
+    if (
+        file.is_symlink()
+        and snapshot.parent.name == "snapshots"
+        and snapshot.parent.parent.name == HUB_FOLDER
+    ):
         blob = Path(os.path.normpath(snapshot / os.readlink(file)))
-        if blob.parent.resolve() == snapshot.parent.parent / "blobs" and SHA256.fullmatch(blob.name):
+        if blob.parent.resolve() == snapshot.parent.parent / "blobs" and SHA256.fullmatch(
+            blob.name
+        ):
             return blob.name
-    # `hf download --local-dir`: .cache/huggingface/download/<file>.metadata = commit, etag (the sha256), time
+    # `hf download --local-dir`: .cache/huggingface/download/<file>.metadata = commit, etag (the
+    # sha256), time
     meta = file.parent / ".cache" / "huggingface" / "download" / f"{file.name}.metadata"
     if meta.is_file():
         lines = meta.read_text(errors="replace").splitlines()
-        if len(lines) >= 2 and lines[0].strip() in OFFICIAL_REVISIONS and SHA256.fullmatch(lines[1].strip()):
+        if (
+            len(lines) >= 2
+            and lines[0].strip() in OFFICIAL_REVISIONS
+            and SHA256.fullmatch(lines[1].strip())
+        ):
             return lines[1].strip()
     return None
 
@@ -119,7 +140,8 @@ def _read_cache():
 
 
 def _write_cache(cache):
-    """Atomically: a reader sees the old cache or the new one. A read-only .cache/ only costs the next run a hash."""
+    """Atomically: a reader sees the old cache or the new one. A read-only .cache/ only costs the
+    next run a hash."""
     tmp = None
     try:
         CACHE.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +159,11 @@ def _write_cache(cache):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Say which checkpoint each folder holds.")
     ap.add_argument("folders", nargs="*", type=Path, default=[Path("models/Qwen3.5-0.8B")])
-    ap.add_argument("--official", action="store_true", help="fail unless every folder holds the official weights")
+    ap.add_argument(
+        "--official",
+        action="store_true",
+        help="fail unless every folder holds the official weights",
+    )
     args = ap.parse_args(argv)
     for folder in args.folders:
         try:
@@ -145,14 +171,21 @@ def main(argv=None):
         except CheckpointError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        print(f"{folder}: {c.label}, sha256 {c.sha256}" + (" (official weights)" if c.official else ""))
+        print(
+            f"{folder}: {c.label}, sha256 {c.sha256}"
+            + (" (official weights)" if c.official else "")
+        )
         if args.official and not c.official:
-            print(f"error: {folder} does not hold the official {REPO_ID} weights: its sha256 is neither pinned in "
-                  f"{PINNED.relative_to(ROOT)} nor the one the hub named when it was downloaded", file=sys.stderr)
+            print(
+                f"error: {folder} does not hold the official {REPO_ID} weights: its sha256 is "
+                f"neither pinned in {PINNED.relative_to(ROOT)} nor the one the hub named when it "
+                "was downloaded",
+                file=sys.stderr,
+            )
             return 1
         pinned = pinned_sha256()
         missing = [f for f in sorted(folder.glob("*.safetensors")) if file_sha256(f) not in pinned]
-        if c.official and missing:           # vouched for by the hub's download record, not pinned yet
+        if c.official and missing:  # vouched for by the hub's download record, not pinned yet
             print(f"add these lines to {PINNED.relative_to(ROOT)}:")
             for f in missing:
                 print(f"{file_sha256(f)}  {f.name}")

@@ -1,15 +1,17 @@
-"""The architecture diagrams (boxes, arrows, shapes), drawn from the official config.json: BOOK_OUT=... python book/diagrams.py
+"""The architecture diagrams (boxes, arrows, shapes), drawn from the official config.json:
+BOOK_OUT=... python book/diagrams.py
 
-Every shape on them is computed from book/data/qwen3.5-0.8b/config.json through qwen.weights.Config, so a diagram
-cannot disagree with the model the chapters load. Each function draws one diagram for one edition (t picks the
-label); book.out.save_figure writes it as docs-ready SVG, once per edition.
+Every shape on them is computed from book/data/qwen3.5-0.8b/config.json through qwen.weights.Config,
+so a diagram cannot disagree with the model the chapters load. Each function draws one diagram for
+one edition (t picks the label); book.out.save_figure writes it as docs-ready SVG, once per edition.
 """
+
 import inspect
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:                     # run as a script: python book/diagrams.py
+if str(ROOT) not in sys.path:  # run as a script: python book/diagrams.py
     sys.path.insert(0, str(ROOT))
 
 import matplotlib  # noqa: E402
@@ -23,9 +25,16 @@ from qwen.deltanet import chunk_gated_delta_rule  # noqa: E402
 from qwen.weights import Config  # noqa: E402
 
 CONFIG = ROOT / "book" / "data" / "qwen3.5-0.8b"
-INCH = 0.42                                       # inches per drawing unit
-COLORS = {"deltanet": "#d6e6f5", "attention": "#fbe0c3", "norm": "#ececec", "mlp": "#dcefd6",
-          "state": "#e6dcf3", "io": "#ffffff", "gate": "#f8d7da"}
+INCH = 0.42  # inches per drawing unit
+COLORS = {
+    "deltanet": "#d6e6f5",
+    "attention": "#fbe0c3",
+    "norm": "#ececec",
+    "mlp": "#dcefd6",
+    "state": "#e6dcf3",
+    "io": "#ffffff",
+    "gate": "#f8d7da",
+}
 EDGE, SHAPE = "#444444", "#1f4e79"
 
 
@@ -34,7 +43,8 @@ def config():
 
 
 def sans():
-    """The CJK font, then DejaVu for the symbols it lacks (ᵀ, ⌊⌋, subscripts): a list, so each glyph falls back."""
+    """The CJK font, then DejaVu for the symbols it lacks (ᵀ, ⌊⌋, subscripts): a list, so each glyph
+    falls back."""
     return [*matplotlib.rcParams["font.sans-serif"][:1], "DejaVu Sans"]
 
 
@@ -43,7 +53,7 @@ def n(x):
     return f"{x:,}"
 
 
-# ------------------------------------------------------------------------------------------------ drawing kit
+# -------------------------------------------------------------------------------------- drawing kit
 def canvas(width, height):
     fig = plt.figure(figsize=(width * INCH, height * INCH))
     ax = fig.add_axes((0, 0, 1, 1))
@@ -56,18 +66,47 @@ def canvas(width, height):
 
 def box(ax, x, y, w, h, text, kind="io", size=9):
     """A rounded box centred at (x, y)."""
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0,rounding_size=0.15",
-                                facecolor=COLORS[kind], edgecolor=EDGE, linewidth=0.9))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0,rounding_size=0.15",
+            facecolor=COLORS[kind],
+            edgecolor=EDGE,
+            linewidth=0.9,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=size, linespacing=1.3, family=sans())
 
 
 def shape(ax, x, y, text, ha="center", size=8, color=SHAPE):
     """A tensor shape, in the colour used for shapes throughout."""
-    ax.text(x, y, text, ha=ha, va="center", fontsize=size, color=color, family=["DejaVu Sans Mono", *sans()])
+    ax.text(
+        x,
+        y,
+        text,
+        ha=ha,
+        va="center",
+        fontsize=size,
+        color=color,
+        family=["DejaVu Sans Mono", *sans()],
+    )
 
 
 def note(ax, x, y, text, ha="center", size=8.5, color="#333333", **kw):
-    ax.text(x, y, text, ha=ha, va="center", fontsize=size, color=color, linespacing=1.3, family=sans(), **kw)
+    ax.text(
+        x,
+        y,
+        text,
+        ha=ha,
+        va="center",
+        fontsize=size,
+        color=color,
+        linespacing=1.3,
+        family=sans(),
+        **kw,
+    )
 
 
 def math(ax, x, y, formula, ha="center", size=8.5):
@@ -76,8 +115,20 @@ def math(ax, x, y, formula, ha="center", size=8.5):
 
 
 def arrow(ax, a, b, color=EDGE, style="-|>", lw=1.0, ls="-", rad=0.0):
-    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=10, color=color, linewidth=lw,
-                                 linestyle=ls, shrinkA=0, shrinkB=0, connectionstyle=f"arc3,rad={rad}"))
+    ax.add_patch(
+        FancyArrowPatch(
+            a,
+            b,
+            arrowstyle=style,
+            mutation_scale=10,
+            color=color,
+            linewidth=lw,
+            linestyle=ls,
+            shrinkA=0,
+            shrinkB=0,
+            connectionstyle=f"arc3,rad={rad}",
+        )
+    )
 
 
 def line(ax, xs, ys, color=EDGE, lw=1.0, ls="-"):
@@ -90,18 +141,19 @@ def op(ax, x, y, symbol, r=0.28):
     ax.text(x, y, symbol, ha="center", va="center", fontsize=10, family=sans())
 
 
-# ------------------------------------------------------------------------------------------------ the diagrams
+# ------------------------------------------------------------------------------------- the diagrams
 def diagram_stack(t):
-    """The 24 layers, three DeltaNet to one attention, between the tied embedding and head; one layer in detail."""
+    """The 24 layers, three DeltaNet to one attention, between the tied embedding and head; one
+    layer in detail."""
     cfg = config()
     d, f, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     types = cfg.layer_types
-    per = types.index("full_attention") + 1                 # layers per group: 3 DeltaNet, then attention
+    per = types.index("full_attention") + 1  # layers per group: 3 DeltaNet, then attention
     groups = len(types) // per
     n_full, n_lin = types.count("full_attention"), types.count("linear_attention")
     fig, ax = canvas(24, 15.5)
-    cx = 8.0                                                 # the main column
-    shape(ax, cx, 15.0, t(f"token id [B, T]", f"token ids [B, T]"))
+    cx = 8.0  # the main column
+    shape(ax, cx, 15.0, t("token id [B, T]", "token ids [B, T]"))
     arrow(ax, (cx, 14.7), (cx, 14.25))
     box(ax, cx, 13.8, 7.6, 0.8, f"embed_tokens   {n(V)} × {n(d)}", "io")
     arrow(ax, (cx, 13.4), (cx, 12.75))
@@ -111,39 +163,101 @@ def diagram_stack(t):
         g, j = divmod(i, per)
         x, y = cx - (per - 1) * col_w / 2 + j * col_w, top - g * row_h
         name = "DeltaNet" if kind == "linear_attention" else t("注意力", "attention")
-        box(ax, x, y - 0.45, 2.25, 0.9, f"{t('第', 'layer ')}{i}{t(' 层', '')}\n{name}",
-            "deltanet" if kind == "linear_attention" else "attention", size=8.5)
+        box(
+            ax,
+            x,
+            y - 0.45,
+            2.25,
+            0.9,
+            f"{t('第', 'layer ')}{i}{t(' 层', '')}\n{name}",
+            "deltanet" if kind == "linear_attention" else "attention",
+            size=8.5,
+        )
         if j < per - 1:
             arrow(ax, (x + 1.13, y - 0.45), (x + col_w - 1.13, y - 0.45), lw=0.8)
     bottom = top - groups * row_h
     left, right = cx - per * col_w / 2 - 0.1, cx + per * col_w / 2 + 0.1
-    ax.add_patch(Rectangle((left, bottom), right - left, top - bottom + 0.15, fill=False, edgecolor="#999999",
-                           linewidth=0.8, linestyle="--"))
-    note(ax, left - 0.25, (top + bottom) / 2 + 0.5,
-         t(f"{groups} 组，每组 {per} 层：\n{n_lin} 层 DeltaNet\n{n_full} 层注意力\n\n层与层之间：",
-           f"{groups} groups of {per}:\n{n_lin} DeltaNet\n{n_full} attention\n\nbetween layers:"),
-         ha="right", size=8.5)
+    ax.add_patch(
+        Rectangle(
+            (left, bottom),
+            right - left,
+            top - bottom + 0.15,
+            fill=False,
+            edgecolor="#999999",
+            linewidth=0.8,
+            linestyle="--",
+        )
+    )
+    note(
+        ax,
+        left - 0.25,
+        (top + bottom) / 2 + 0.5,
+        t(
+            f"{groups} 组，每组 {per} 层：\n{n_lin} 层 DeltaNet\n{n_full} 层注意力\n\n层与层之间：",
+            f"{groups} groups of {per}:\n{n_lin} DeltaNet\n{n_full} attention\n\nbetween layers:",
+        ),
+        ha="right",
+        size=8.5,
+    )
     shape(ax, left - 0.25, (top + bottom) / 2 - 0.75, f"[B, T, {n(d)}]", ha="right")
     arrow(ax, (cx, bottom), (cx, bottom - 0.55))
-    box(ax, cx, bottom - 0.95, 7.6, 0.8, t("norm（零中心 RMSNorm）", "norm (zero-centred RMSNorm)"), "norm")
+    box(
+        ax,
+        cx,
+        bottom - 0.95,
+        7.6,
+        0.8,
+        t("norm（零中心 RMSNorm）", "norm (zero-centred RMSNorm)"),
+        "norm",
+    )
     arrow(ax, (cx, bottom - 1.35), (cx, bottom - 1.9))
-    box(ax, cx, bottom - 2.3, 7.6, 0.8, t(f"lm_head = embed_tokensᵀ（共享）", "lm_head = embed_tokensᵀ (tied)"), "io")
+    box(
+        ax,
+        cx,
+        bottom - 2.3,
+        7.6,
+        0.8,
+        t("lm_head = embed_tokensᵀ（共享）", "lm_head = embed_tokensᵀ (tied)"),
+        "io",
+    )
     arrow(ax, (cx, bottom - 2.7), (cx, bottom - 3.15))
     shape(ax, cx, bottom - 3.45, f"logits [B, T, {n(V)}]")
 
     # one layer in detail, on the right
-    rx, lx = 19.7, 16.0                                     # the layer's column and its residual line
-    note(ax, rx - 0.8, 15.0, t("每一层（两种层结构相同，只换混合器）", "every layer (both kinds alike but for the mixer)"),
-         size=9)
+    rx, lx = 19.7, 16.0  # the layer's column and its residual line
+    note(
+        ax,
+        rx - 0.8,
+        15.0,
+        t(
+            "每一层（两种层结构相同，只换混合器）",
+            "every layer (both kinds alike but for the mixer)",
+        ),
+        size=9,
+    )
     shape(ax, rx, 14.3, f"x [B, T, {n(d)}]")
-    steps = [(12.9, 0.8, t("input_layernorm（RMSNorm）", "input_layernorm (RMSNorm)"), "norm"),
-             (11.1, 1.6, t(f"混合器：门控 DeltaNet（{n_lin} 层）\n或门控注意力（{n_full} 层）",
-                           f"mixer: Gated DeltaNet ({n_lin} layers)\nor gated attention ({n_full} layers)"), "deltanet"),
-             (8.0, 0.8, t("post_attention_layernorm", "post_attention_layernorm"), "norm"),
-             (6.0, 2.0, f"MLP (SwiGLU)\ngate_proj, up_proj  {n(d)} → {n(f)}\nSiLU(gate) ⊙ up\ndown_proj  {n(f)} → {n(d)}",
-              "mlp")]
+    steps = [
+        (12.9, 0.8, t("input_layernorm（RMSNorm）", "input_layernorm (RMSNorm)"), "norm"),
+        (
+            11.1,
+            1.6,
+            t(
+                f"混合器：门控 DeltaNet（{n_lin} 层）\n或门控注意力（{n_full} 层）",
+                f"mixer: Gated DeltaNet ({n_lin} layers)\nor gated attention ({n_full} layers)",
+            ),
+            "deltanet",
+        ),
+        (8.0, 0.8, t("post_attention_layernorm", "post_attention_layernorm"), "norm"),
+        (
+            6.0,
+            2.0,
+            f"MLP (SwiGLU)\ngate_proj, up_proj  {n(d)} → {n(f)}\n"
+            f"SiLU(gate) ⊙ up\ndown_proj  {n(f)} → {n(d)}",
+            "mlp",
+        ),
+    ]
     arrow(ax, (rx, 14.0), (rx, 12.9 + 0.4))
-    for (y, h, text, kind), nxt in zip(steps, [None, 9.6, None, 3.9]):
+    for (y, h, text, kind), _nxt in zip(steps, [None, 9.6, None, 3.9]):
         box(ax, rx, y, 5.6, h, text, kind, size=8.5)
     arrow(ax, (rx, 12.5), (rx, 11.9))
     arrow(ax, (rx, 10.3), (rx, 9.6 + 0.28))
@@ -154,7 +268,7 @@ def diagram_stack(t):
     op(ax, rx, 3.9, "+")
     arrow(ax, (rx, 3.62), (rx, 3.0))
     shape(ax, rx, 2.7, f"x [B, T, {n(d)}]")
-    for y0, y1, y_split in [(13.75, 9.6, 13.75), (8.8, 3.9, 8.8)]:          # the two residual connections
+    for _y0, y1, y_split in [(13.75, 9.6, 13.75), (8.8, 3.9, 8.8)]:  # the two residual connections
         line(ax, [rx, lx, lx], [y_split, y_split, y1])
         arrow(ax, (lx, y1), (rx - 0.28, y1))
     note(ax, lx - 0.15, 11.6, t("残差", "residual"), ha="right", size=8)
@@ -164,7 +278,8 @@ def diagram_stack(t):
 
 
 def diagram_attention(t):
-    """Gated attention: per-head query/gate split, q/k norms, partial RoPE, grouped KV heads, the output gate."""
+    """Gated attention: per-head query/gate split, q/k norms, partial RoPE, grouped KV heads, the
+    output gate."""
     cfg = config()
     d, hd, nq, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
     rot = int(hd * cfg.partial_rotary_factor)
@@ -180,8 +295,19 @@ def diagram_attention(t):
     box(ax, xk, 12.6, 4.0, 0.8, f"k_proj  {n(d)} → {n(nkv * hd)}", "attention")
     box(ax, xv, 12.6, 4.0, 0.8, f"v_proj  {n(d)} → {n(nkv * hd)}", "attention")
     arrow(ax, (xq, 12.2), (xq, 11.55))
-    box(ax, xq, 11.1, 6.2, 0.9, t(f"按头切开：每头 {2 * hd} = {hd} 查询 | {hd} 门",
-                                  f"split per head: {2 * hd} = {hd} query | {hd} gate"), "io", size=8.5)
+    box(
+        ax,
+        xq,
+        11.1,
+        6.2,
+        0.9,
+        t(
+            f"按头切开：每头 {2 * hd} = {hd} 查询 | {hd} 门",
+            f"split per head: {2 * hd} = {hd} query | {hd} gate",
+        ),
+        "io",
+        size=8.5,
+    )
     shape(ax, xq, 10.4, f"[B, T, {nq}, {2 * hd}]")
     line(ax, [xq - 3.1, xg, xg], [11.1, 11.1, 10.5])
     arrow(ax, (xg, 10.5), (xg, 10.0))
@@ -194,18 +320,56 @@ def diagram_attention(t):
     shape(ax, xv, 9.3, f"v [B, T, {nkv}, {hd}]")
     for x, name in ((xq, "q_norm"), (xk, "k_norm")):
         arrow(ax, (x, 9.05), (x, 8.6))
-        box(ax, x, 8.2, 4.6, 0.8, t(f"{name}：RMSNorm（每头 {hd} 维）", f"{name}: RMSNorm over {hd}"), "norm", size=8.5)
+        box(
+            ax,
+            x,
+            8.2,
+            4.6,
+            0.8,
+            t(f"{name}：RMSNorm（每头 {hd} 维）", f"{name}: RMSNorm over {hd}"),
+            "norm",
+            size=8.5,
+        )
         arrow(ax, (x, 7.8), (x, 7.3))
-        box(ax, x, 6.8, 4.6, 1.0, t(f"RoPE：只转前 {rot} 维\n其余 {hd - rot} 维不动",
-                                    f"RoPE on the first {rot} dims\nthe other {hd - rot} pass through"), "norm", size=8.5)
-    note(ax, (xk + xv) / 2 + 0.7, 8.2, t("v 不归一化\n也不旋转", "v: no norm,\nno rotation"), size=8, color="#777777")
+        box(
+            ax,
+            x,
+            6.8,
+            4.6,
+            1.0,
+            t(
+                f"RoPE：只转前 {rot} 维\n其余 {hd - rot} 维不动",
+                f"RoPE on the first {rot} dims\nthe other {hd - rot} pass through",
+            ),
+            "norm",
+            size=8.5,
+        )
+    note(
+        ax,
+        (xk + xv) / 2 + 0.7,
+        8.2,
+        t("v 不归一化\n也不旋转", "v: no norm,\nno rotation"),
+        size=8,
+        color="#777777",
+    )
     arrow(ax, (xq, 6.3), (xq, 5.45))
     arrow(ax, (xk, 6.3), (xk - 1.5, 5.45))
     arrow(ax, (xv, 9.05), (xk + 1.5, 5.45))
-    box(ax, (xq + xk) / 2 + 0.5, 4.8, 11.5, 1.3,
-        t(f"softmax(q kᵀ / √{hd} + 因果掩码) v\nGQA：查询头 j 用 KV 头 ⌊j / {group}⌋（{nkv} 个 KV 头，每个服务 {group} 个查询头）",
-          f"softmax(q kᵀ / √{hd} + causal mask) v\nGQA: query head j reads KV head ⌊j / {group}⌋ ({nkv} KV heads, {group} query heads each)"),
-        "attention", size=8.5)
+    box(
+        ax,
+        (xq + xk) / 2 + 0.5,
+        4.8,
+        11.5,
+        1.3,
+        t(
+            f"softmax(q kᵀ / √{hd} + 因果掩码) v\n"
+            f"GQA：查询头 j 用 KV 头 ⌊j / {group}⌋（{nkv} 个 KV 头，每个服务 {group} 个查询头）",
+            f"softmax(q kᵀ / √{hd} + causal mask) v\nGQA: query head j reads KV head ⌊j / {group}⌋ "
+            f"({nkv} KV heads, {group} query heads each)",
+        ),
+        "attention",
+        size=8.5,
+    )
     arrow(ax, (xq, 4.15), (xq, 3.35))
     shape(ax, xq + 0.25, 3.75, f"[B, T, {nq}, {hd}] → [B, T, {n(nq * hd)}]", ha="left")
     op(ax, xq, 3.05, "×")
@@ -218,13 +382,23 @@ def diagram_attention(t):
     box(ax, xq, 1.75, 4.4, 0.8, f"o_proj  {n(nq * hd)} → {n(d)}", "attention")
     arrow(ax, (xq, 1.35), (xq, 0.75))
     shape(ax, xq, 0.45, f"out [B, T, {n(d)}]")
-    note(ax, xk + 2.5, 2.0, t(f"缓存（第 11 章）存的是\n归一化并旋转之后的 k，和 v",
-                              f"the cache (chapter 11) keeps k\nafter its norm and RoPE, and v"), size=8, color="#777777")
+    note(
+        ax,
+        xk + 2.5,
+        2.0,
+        t(
+            "缓存（第 11 章）存的是\n归一化并旋转之后的 k，和 v",
+            "the cache (chapter 11) keeps k\nafter its norm and RoPE, and v",
+        ),
+        size=8,
+        color="#777777",
+    )
     return fig
 
 
 def diagram_deltanet(t):
-    """Gated DeltaNet: four projections, causal conv, L2 norm, decay g and write strength β, the state, gated norm."""
+    """Gated DeltaNet: four projections, causal conv, L2 norm, decay g and write strength β, the
+    state, gated norm."""
     cfg = config()
     d, K = cfg.hidden_size, cfg.linear_conv_kernel_dim
     H, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
@@ -242,12 +416,30 @@ def diagram_deltanet(t):
     box(ax, xa, 13.6, 3.0, 0.8, f"in_proj_a  → {H}", "deltanet", size=8.5)
     box(ax, xz, 13.6, 3.6, 0.8, f"in_proj_z  → {n(H * dv)}", "deltanet", size=8.5)
     arrow(ax, (xqkv, 13.2), (xqkv, 12.6))
-    box(ax, xqkv, 12.0, 5.2, 1.2, t(f"因果卷积：逐通道，核长 {K}\n只看当前和前 {K - 1} 个 token，然后 SiLU",
-                                    f"causal conv, per channel, kernel {K}\nthis token and {K - 1} before; then SiLU"),
-        "deltanet", size=8.5)
+    box(
+        ax,
+        xqkv,
+        12.0,
+        5.2,
+        1.2,
+        t(
+            f"因果卷积：逐通道，核长 {K}\n只看当前和前 {K - 1} 个 token，然后 SiLU",
+            f"causal conv, per channel, kernel {K}\nthis token and {K - 1} before; then SiLU",
+        ),
+        "deltanet",
+        size=8.5,
+    )
     arrow(ax, (xqkv, 11.4), (xqkv, 10.8))
-    box(ax, xqkv, 10.4, 5.2, 0.8, t(f"切成 q | k | v，各 {H} 头 × {dk}", f"split q | k | v: {H} heads × {dk} each"),
-        "io", size=8.5)
+    box(
+        ax,
+        xqkv,
+        10.4,
+        5.2,
+        0.8,
+        t(f"切成 q | k | v，各 {H} 头 × {dk}", f"split q | k | v: {H} heads × {dk} each"),
+        "io",
+        size=8.5,
+    )
     xs = [xqkv - 1.8, xqkv, xqkv + 1.8]
     for x in xs:
         arrow(ax, (x, 10.0), (x, 9.4))
@@ -257,7 +449,16 @@ def diagram_deltanet(t):
         shape(ax, x, 7.9, name, size=9)
     shape(ax, xqkv, 7.45, f"[B, T, {H}, {dk}]")
     arrow(ax, (xb, 13.2), (xb, 11.0))
-    box(ax, xb, 10.5, 3.0, 1.0, t("β = sigmoid(b)\n写入强度", "β = sigmoid(b)\nwrite strength"), "gate", size=8.5)
+    box(
+        ax,
+        xb,
+        10.5,
+        3.0,
+        1.0,
+        t("β = sigmoid(b)\n写入强度", "β = sigmoid(b)\nwrite strength"),
+        "gate",
+        size=8.5,
+    )
     shape(ax, xb, 9.6, f"[B, T, {H}]")
     arrow(ax, (xa, 13.2), (xa, 11.0))
     box(ax, xa, 10.5, 3.0, 1.0, "g = −exp(A_log) ·\nsoftplus(a + dt_bias)", "gate", size=8)
@@ -269,26 +470,53 @@ def diagram_deltanet(t):
     arrow(ax, (xb, 9.35), (sx + 1.2, sy + 1.1))
     arrow(ax, (xa, 8.85), (sx + 2.6, sy + 1.1))
     box(ax, sx, sy, 8.4, 2.2, "", "state")
-    note(ax, sx - 3.7, sy, t(f"状态 S：每头 {dk} × {dv}，fp32，对每个 token：\nS ← α S（衰减）\n"
-                             "S ← S + k (β (v − Sᵀk))ᵀ（只写入预测的误差）\no = Sᵀ q（用查询读出）",
-                             f"state S: {dk} × {dv} per head, fp32; for each token:\nS ← α S  (decay)\n"
-                             "S ← S + k (β (v − Sᵀk))ᵀ  (write only the error)\no = Sᵀ q  (read with the query)"),
-         ha="left", size=8.5, color="black")
+    note(
+        ax,
+        sx - 3.7,
+        sy,
+        t(
+            f"状态 S：每头 {dk} × {dv}，fp32，对每个 token：\nS ← α S（衰减）\n"
+            "S ← S + k (β (v − Sᵀk))ᵀ（只写入预测的误差）\no = Sᵀ q（用查询读出）",
+            f"state S: {dk} × {dv} per head, fp32; for each token:\nS ← α S  (decay)\n"
+            "S ← S + k (β (v − Sᵀk))ᵀ  (write only the error)\no = Sᵀ q  (read with the query)",
+        ),
+        ha="left",
+        size=8.5,
+        color="black",
+    )
     shape(ax, sx, sy - 1.45, f"[B, {H}, {dk}, {dv}]")
     arrow(ax, (sx, sy - 1.7), (sx, 2.9))
     shape(ax, sx + 0.25, 3.3, f"o [B, T, {H}, {dv}]", ha="left")
     arrow(ax, (xz, 13.2), (xz, 2.9 + 0.0))
     shape(ax, xz + 0.2, 7.0, f"z [B, T, {H}, {dv}]", ha="left")
-    box(ax, (sx + xz) / 2, 2.4, xz - sx + 1.6, 1.0,
-        t(f"门控 RMSNorm（每头 {dv} 维）：norm(o) · w · SiLU(z)", f"gated RMSNorm over {dv}: norm(o) · w · SiLU(z)"),
-        "norm", size=8.5)
+    box(
+        ax,
+        (sx + xz) / 2,
+        2.4,
+        xz - sx + 1.6,
+        1.0,
+        t(
+            f"门控 RMSNorm（每头 {dv} 维）：norm(o) · w · SiLU(z)",
+            f"gated RMSNorm over {dv}: norm(o) · w · SiLU(z)",
+        ),
+        "norm",
+        size=8.5,
+    )
     arrow(ax, (sx, 1.9), (sx, 1.35))
     box(ax, sx, 0.95, 4.8, 0.8, f"out_proj  {n(H * dv)} → {n(d)}", "deltanet")
     arrow(ax, (sx - 2.4, 0.95), (sx - 3.2, 0.95))
     shape(ax, sx - 3.3, 0.95, f"out [B, T, {n(d)}]", ha="right")
-    note(ax, 2.6, 4.6, t(f"缓存（第 11 章）：\n卷积最后 {K - 1} 列输入\n和状态 S，大小固定",
-                         f"the cache (chapter 11):\nthe conv's last {K - 1} inputs\nand the state S: fixed size"),
-         size=8, color="#777777")
+    note(
+        ax,
+        2.6,
+        4.6,
+        t(
+            f"缓存（第 11 章）：\n卷积最后 {K - 1} 列输入\n和状态 S，大小固定",
+            f"the cache (chapter 11):\nthe conv's last {K - 1} inputs\nand the state S: fixed size",
+        ),
+        size=8,
+        color="#777777",
+    )
     return fig
 
 
@@ -298,71 +526,159 @@ def diagram_chunked(t):
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
     C = inspect.signature(chunk_gated_delta_rule).parameters["chunk_size"].default
     fig, ax = canvas(23, 12.4)
-    note(ax, 11.5, 12.0, t(f"把 T 个 token 切成每块 C = {C} 个（末块补零：β = g = 0 的步什么也不改）",
-                           f"cut T tokens into chunks of C = {C} (the last one zero-padded: steps with β = g = 0 change nothing)"),
-         size=9)
-    note(ax, 11.4, 11.35, t("块内累积的对数衰减", "the log decay summed inside a chunk"), ha="right", size=8.5)
+    note(
+        ax,
+        11.5,
+        12.0,
+        t(
+            f"把 T 个 token 切成每块 C = {C} 个（末块补零：β = g = 0 的步什么也不改）",
+            f"cut T tokens into chunks of C = {C} (the last one zero-padded: steps with β = g = 0 "
+            "change nothing)",
+        ),
+        size=9,
+    )
+    note(
+        ax,
+        11.4,
+        11.35,
+        t("块内累积的对数衰减", "the log decay summed inside a chunk"),
+        ha="right",
+        size=8.5,
+    )
     math(ax, 11.6, 11.35, r"$\gamma_i = \sum_{s \leq i} g_s$", ha="left")
     xs = [4.2, 11.5, 18.8]
     for i, x in enumerate(xs):
-        ax.add_patch(Rectangle((x - 2.9, 3.9), 5.8, 6.9, facecolor="#f7f9fc", edgecolor="#999999", linewidth=0.8))
-        note(ax, x, 10.45, t(f"第 {i + 1} 块：token {i * C}…{(i + 1) * C - 1}", f"chunk {i + 1}: tokens {i * C}…{(i + 1) * C - 1}"),
-             size=8.5)
-        m, s = 6, 0.34                                   # C × C drawn as 6 × 6: A strictly lower, I on the diagonal
+        ax.add_patch(
+            Rectangle(
+                (x - 2.9, 3.9), 5.8, 6.9, facecolor="#f7f9fc", edgecolor="#999999", linewidth=0.8
+            )
+        )
+        note(
+            ax,
+            x,
+            10.45,
+            t(
+                f"第 {i + 1} 块：token {i * C}…{(i + 1) * C - 1}",
+                f"chunk {i + 1}: tokens {i * C}…{(i + 1) * C - 1}",
+            ),
+            size=8.5,
+        )
+        m, s = 6, 0.34  # C × C drawn as 6 × 6: A strictly lower, I on the diagonal
         x0, y0 = x - m * s / 2, 7.75
         for r in range(m):
             for c in range(m):
                 fill = COLORS["deltanet"] if c < r else "#bbbbbb" if c == r else "#ffffff"
-                ax.add_patch(Rectangle((x0 + c * s, y0 + (m - 1 - r) * s), s, s, linewidth=0.4, edgecolor="#bbbbbb",
-                                       facecolor=fill))
+                ax.add_patch(
+                    Rectangle(
+                        (x0 + c * s, y0 + (m - 1 - r) * s),
+                        s,
+                        s,
+                        linewidth=0.4,
+                        edgecolor="#bbbbbb",
+                        facecolor=fill,
+                    )
+                )
         note(ax, x, y0 - 0.3, f"M = I + A   ({C} × {C})", size=7.5)
         math(ax, x, 6.85, r"$A_{ij} = \beta_i\,(k_i \cdot k_j)\,e^{\gamma_i - \gamma_j},\ j < i$")
         math(ax, x, 6.2, r"$U = M^{-1}(\beta \odot V)$")
         math(ax, x, 5.6, r"$W = M^{-1}(\beta \odot e^{\gamma} \odot K)$")
         math(ax, x, 5.0, r"$V' = U - W\,S_{in}$")
-        note(ax, x, 4.4, t("V′：旧状态没有预测到的部分", "V′: what the old state does not predict"), size=7.5)
+        note(
+            ax,
+            x,
+            4.4,
+            t("V′：旧状态没有预测到的部分", "V′: what the old state does not predict"),
+            size=7.5,
+        )
     states = [0.6, *[(a + b) / 2 for a, b in zip(xs, xs[1:])], 22.4]
     for i, x in enumerate(states):
-        ax.add_patch(FancyBboxPatch((x - 0.55, 1.9), 1.1, 0.9, boxstyle="round,pad=0,rounding_size=0.12",
-                                    facecolor=COLORS["state"], edgecolor=EDGE, linewidth=0.9))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - 0.55, 1.9),
+                1.1,
+                0.9,
+                boxstyle="round,pad=0,rounding_size=0.12",
+                facecolor=COLORS["state"],
+                edgecolor=EDGE,
+                linewidth=0.9,
+            )
+        )
         ax.text(x, 2.35, f"S{'₀₁₂₃'[i]}", ha="center", va="center", fontsize=9, family=sans())
     for x, before, after in zip(xs, states, states[1:]):
         arrow(ax, (before + 0.55, 2.35), (x - 0.45, 2.35), lw=1.1)
         arrow(ax, (x + 0.45, 2.35), (after - 0.55, 2.35), lw=1.1)
         box(ax, x, 2.35, 0.9, 0.6, t("更新", "update"), "state", size=7)
         arrow(ax, (x, 3.9), (x, 2.65), lw=0.8)
-        arrow(ax, (before + 0.3, 2.8), (x - 1.9, 3.9), lw=0.8, rad=-0.2)   # the chunk reads the state it starts from
+        # the chunk reads the state it starts from
+        arrow(ax, (before + 0.3, 2.8), (x - 1.9, 3.9), lw=0.8, rad=-0.2)
         math(ax, (before + x) / 2 - 0.6, 3.55, r"$S_{in}$", size=8)
     for y, words, formula in [
-            (1.15, t(f"块之间只传一个状态（每头 {dk} × {dv}）：", f"between chunks only the state travels ({dk} × {dv} per head):"),
-             r"$S_{out} = e^{\gamma_C}\,S_{in} + (e^{\gamma_C - \gamma} \odot K)^{\top}\,V'$"),
-            (0.45, t("块内的输出全是矩阵乘，与逐 token 循环的结果相同：",
-                     "inside a chunk the outputs are matrix products, equal to the token-by-token loop:"),
-             r"$O = (e^{\gamma} \odot Q)\,S_{in} + [(Q K^{\top}) \odot \Gamma]\,V'$")]:
+        (
+            1.15,
+            t(
+                f"块之间只传一个状态（每头 {dk} × {dv}）：",
+                f"between chunks only the state travels ({dk} × {dv} per head):",
+            ),
+            r"$S_{out} = e^{\gamma_C}\,S_{in} + (e^{\gamma_C - \gamma} \odot K)^{\top}\,V'$",
+        ),
+        (
+            0.45,
+            t(
+                "块内的输出全是矩阵乘，与逐 token 循环的结果相同：",
+                "inside a chunk the outputs are matrix products, equal to the token-by-token loop:",
+            ),
+            r"$O = (e^{\gamma} \odot Q)\,S_{in} + [(Q K^{\top}) \odot \Gamma]\,V'$",
+        ),
+    ]:
         note(ax, 13.0, y, words, ha="right", size=8)
         math(ax, 13.2, y, formula, ha="left")
     return fig
 
 
 def diagram_caches(t):
-    """The two caches: the KV cache gains a column per token; DeltaNet's conv and recurrent states never grow."""
+    """The two caches: the KV cache gains a column per token; DeltaNet's conv and recurrent states
+    never grow."""
     cfg = config()
-    n_full, n_lin = cfg.layer_types.count("full_attention"), cfg.layer_types.count("linear_attention")
+    n_full, n_lin = (
+        cfg.layer_types.count("full_attention"),
+        cfg.layer_types.count("linear_attention"),
+    )
     nkv, hd, K = cfg.num_key_value_heads, cfg.head_dim, cfg.linear_conv_kernel_dim
     H, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     conv = 2 * cfg.linear_num_key_heads * dk + H * dv
-    bf16, fp32 = 2, 4                                         # bytes per value: the model's dtype, the state's
+    bf16, fp32 = 2, 4  # bytes per value: the model's dtype, the state's
     kv_token = 2 * n_full * nkv * hd * bf16
     dn_bytes = n_lin * (H * dk * dv * fp32 + conv * (K - 1) * bf16)
     fig, ax = canvas(22, 11.5)
-    note(ax, 5.5, 11.0, t(f"KV 缓存：{n_full} 个注意力层", f"KV cache: the {n_full} attention layers"), size=9.5)
-    note(ax, 16.5, 11.0, t(f"DeltaNet 缓存：{n_lin} 个 DeltaNet 层", f"DeltaNet cache: the {n_lin} DeltaNet layers"),
-         size=9.5)
+    note(
+        ax,
+        5.5,
+        11.0,
+        t(f"KV 缓存：{n_full} 个注意力层", f"KV cache: the {n_full} attention layers"),
+        size=9.5,
+    )
+    note(
+        ax,
+        16.5,
+        11.0,
+        t(f"DeltaNet 缓存：{n_lin} 个 DeltaNet 层", f"DeltaNet cache: the {n_lin} DeltaNet layers"),
+        size=9.5,
+    )
     for x in (5.5, 16.5):
-        note(ax, x, 10.5, t("每层各有一份，这里画出一层", "each layer has its own; one is drawn"), size=8, color="#777777")
+        note(
+            ax,
+            x,
+            10.5,
+            t("每层各有一份，这里画出一层", "each layer has its own; one is drawn"),
+            size=8,
+            color="#777777",
+        )
     line(ax, [11.0, 11.0], [0.4, 11.3], color="#cccccc")
-    steps = [(t("读完提示（n 个 token）", "after the prompt (n tokens)"), 4),
-             (t("再生成 1 个", "one token later"), 5), (t("再生成 2 个", "two tokens later"), 6)]
+    steps = [
+        (t("读完提示（n 个 token）", "after the prompt (n tokens)"), 4),
+        (t("再生成 1 个", "one token later"), 5),
+        (t("再生成 2 个", "two tokens later"), 6),
+    ]
     for row, (label, cols) in enumerate(steps):
         y = 9.2 - row * 3.0
         note(ax, 0.4, y + 0.9, label, ha="left", size=8.5)
@@ -370,23 +686,83 @@ def diagram_caches(t):
             note(ax, 0.7, y + dy, kind, size=9)
             for c in range(cols):
                 new = c == cols - 1 and row > 0
-                ax.add_patch(Rectangle((1.2 + c * 1.1, y + dy - 0.38), 1.0, 0.76, linewidth=0.7, edgecolor=EDGE,
-                                       facecolor=COLORS["attention"] if not new else "#f4a261"))
-        note(ax, 1.2 + cols * 1.1 + 0.2, y - 0.45, t(f"{['n', 'n + 1', 'n + 2'][row]} 列", f"{['n', 'n + 1', 'n + 2'][row]} columns"),
-             ha="left", size=8)
+                ax.add_patch(
+                    Rectangle(
+                        (1.2 + c * 1.1, y + dy - 0.38),
+                        1.0,
+                        0.76,
+                        linewidth=0.7,
+                        edgecolor=EDGE,
+                        facecolor=COLORS["attention"] if not new else "#f4a261",
+                    )
+                )
+        note(
+            ax,
+            1.2 + cols * 1.1 + 0.2,
+            y - 0.45,
+            t(f"{['n', 'n + 1', 'n + 2'][row]} 列", f"{['n', 'n + 1', 'n + 2'][row]} columns"),
+            ha="left",
+            size=8,
+        )
         # the DeltaNet side: the same two fixed blocks in every row
-        ax.add_patch(Rectangle((12.0, y - 0.95), 1.2, 1.9, facecolor=COLORS["deltanet"], edgecolor=EDGE, linewidth=0.8))
+        ax.add_patch(
+            Rectangle(
+                (12.0, y - 0.95),
+                1.2,
+                1.9,
+                facecolor=COLORS["deltanet"],
+                edgecolor=EDGE,
+                linewidth=0.8,
+            )
+        )
         note(ax, 12.6, y, t(f"卷积\n{K - 1} 列", f"conv\n{K - 1} cols"), size=7.5)
-        ax.add_patch(Rectangle((13.6, y - 0.95), 1.9, 1.9, facecolor=COLORS["state"], edgecolor=EDGE, linewidth=0.8))
+        ax.add_patch(
+            Rectangle(
+                (13.6, y - 0.95), 1.9, 1.9, facecolor=COLORS["state"], edgecolor=EDGE, linewidth=0.8
+            )
+        )
         note(ax, 14.55, y, "S", size=10)
-        note(ax, 15.9, y, t("大小不变" if row else "", "same size" if row else ""), ha="left", size=8)
-    shape(ax, 5.5, 1.55, t(f"每列 = 一个 token：k、v 各 [B, {nkv}, 1, {hd}]", f"a column = one token: k and v [B, {nkv}, 1, {hd}] each"))
-    note(ax, 5.5, 0.8, t(f"每个 token 增加 {kv_token // 1024} KiB（bf16），随长度线性增长",
-                         f"+{kv_token // 1024} KiB per token (bf16): grows with the length"), size=8.5)
-    shape(ax, 16.5, 1.55, t(f"卷积 [B, {n(conv)}, {K - 1}]，状态 S [B, {H}, {dk}, {dv}]（fp32）",
-                            f"conv [B, {n(conv)}, {K - 1}], state S [B, {H}, {dk}, {dv}] (fp32)"))
-    note(ax, 16.5, 0.8, t(f"共 {dn_bytes / 2**20:.1f} MiB，任何长度都一样", f"{dn_bytes / 2**20:.1f} MiB in all, at any length"),
-         size=8.5)
+        note(
+            ax, 15.9, y, t("大小不变" if row else "", "same size" if row else ""), ha="left", size=8
+        )
+    shape(
+        ax,
+        5.5,
+        1.55,
+        t(
+            f"每列 = 一个 token：k、v 各 [B, {nkv}, 1, {hd}]",
+            f"a column = one token: k and v [B, {nkv}, 1, {hd}] each",
+        ),
+    )
+    note(
+        ax,
+        5.5,
+        0.8,
+        t(
+            f"每个 token 增加 {kv_token // 1024} KiB（bf16），随长度线性增长",
+            f"+{kv_token // 1024} KiB per token (bf16): grows with the length",
+        ),
+        size=8.5,
+    )
+    shape(
+        ax,
+        16.5,
+        1.55,
+        t(
+            f"卷积 [B, {n(conv)}, {K - 1}]，状态 S [B, {H}, {dk}, {dv}]（fp32）",
+            f"conv [B, {n(conv)}, {K - 1}], state S [B, {H}, {dk}, {dv}] (fp32)",
+        ),
+    )
+    note(
+        ax,
+        16.5,
+        0.8,
+        t(
+            f"共 {dn_bytes / 2**20:.1f} MiB，任何长度都一样",
+            f"{dn_bytes / 2**20:.1f} MiB in all, at any length",
+        ),
+        size=8.5,
+    )
     return fig
 
 

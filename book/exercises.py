@@ -1,9 +1,10 @@
 """The chapters' exercises: one check per exercise, named by chapter.
 
-A check calls the reader's function on small cases it builds itself, prints one verdict line in the page's
-language (`lang="zh"` or `"en"`) and returns True or False. It never raises: a TODO left in place says "not solved
-yet", any other error becomes "not right yet" with the error's message. The worked solutions are in
-book/solutions/chapters.py."""
+A check calls the reader's function on small cases it builds itself, prints one verdict line in the
+page's language (`lang="zh"` or `"en"`) and returns True or False. It never raises: a TODO left in
+place says "not solved yet", any other error becomes "not right yet" with the error's message. The
+worked solutions are in book/solutions/chapters.py."""
+
 import functools
 import math
 
@@ -24,6 +25,7 @@ def _t(zh, en):
 
 def exercise(number):
     """Decorate a check: pick the language, turn a TODO or an error into a verdict, never raise."""
+
     def wrap(check):
         @functools.wraps(check)
         def run(*args, lang="en", **kwargs):
@@ -34,35 +36,50 @@ def exercise(number):
             try:
                 problems = check(*args, **kwargs)
             except NotImplementedError as e:
-                print(_t(f"练习 {number}：还没做（{e}）", f"Exercise {number}: not solved yet ({e})"))
+                print(
+                    _t(f"练习 {number}：还没做（{e}）", f"Exercise {number}: not solved yet ({e})")
+                )
                 return False
-            except Exception as e:                          # the reader's code failed: say how, do not raise
-                print(_t(f"练习 {number}：还不对——运行出错 {type(e).__name__}: {e}",
-                         f"Exercise {number}: not right yet: it raised {type(e).__name__}: {e}"))
+            except Exception as e:  # the reader's code failed: say how, do not raise
+                print(
+                    _t(
+                        f"练习 {number}：还不对——运行出错 {type(e).__name__}: {e}",
+                        f"Exercise {number}: not right yet: it raised {type(e).__name__}: {e}",
+                    )
+                )
                 return False
             if problems:
-                print(_t(f"练习 {number}：还不对——", f"Exercise {number}: not right yet: ") + "; ".join(problems[:2]))
+                print(
+                    _t(f"练习 {number}：还不对——", f"Exercise {number}: not right yet: ")
+                    + "; ".join(problems[:2])
+                )
                 return False
             print(_t(f"练习 {number} 通过 ✅", f"Exercise {number} passed ✅"))
             return True
+
         return run
+
     return wrap
 
 
 def _close(got, want, atol=1e-5, rtol=1e-5):
     got = torch.as_tensor(got)
-    return got.shape == want.shape and torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol)
+    return got.shape == want.shape and torch.allclose(
+        got.double(), want.double(), atol=atol, rtol=rtol
+    )
 
 
 def _shape_problem(got, want, what):
     got = torch.as_tensor(got)
     if got.shape != want.shape:
-        return _t(f"{what}的形状应为 {list(want.shape)}，得到 {list(got.shape)}",
-                  f"{what} should have shape {list(want.shape)}, got {list(got.shape)}")
+        return _t(
+            f"{what}的形状应为 {list(want.shape)}，得到 {list(got.shape)}",
+            f"{what} should have shape {list(want.shape)}, got {list(got.shape)}",
+        )
     return None
 
 
-# ------------------------------------------------------------------------------------------- chapter 1
+# ---------------------------------------------------------------------------------------- chapter 1
 @exercise("1.1")
 def check_ch01_short_name(short_name):
     """short_name(checkpoint name) -> the name inside our modules, or None for a tensor we skip."""
@@ -71,7 +88,8 @@ def check_ch01_short_name(short_name):
         "model.language_model.embed_tokens.weight": "embed_tokens.weight",
         "model.visual.blocks.0.attn.qkv.weight": None,
         "mtp.layers.0.mlp.up_proj.weight": None,
-        "model.layers.0.mlp.up_proj.weight": "layers.0.mlp.up_proj.weight",   # a text-only checkpoint
+        # a text-only checkpoint
+        "model.layers.0.mlp.up_proj.weight": "layers.0.mlp.up_proj.weight",
         "lm_head.weight": "lm_head.weight",
     }
     problems = []
@@ -84,13 +102,16 @@ def check_ch01_short_name(short_name):
 
 @exercise("1.2")
 def check_ch01_count(count_parameters):
-    """count_parameters(state) counts each tensor of a state_dict(keep_vars=True) once, a tied one too."""
+    """count_parameters(state) counts each tensor of a state_dict(keep_vars=True) once, a tied one
+    too."""
     from qwen.embedding import Embedding, LMHead
 
     def toy(tied):
         m = torch.nn.Module()
         m.embed_tokens = Embedding(10, 4)
-        m.lm_head = LMHead(m.embed_tokens.weight if tied else torch.nn.Parameter(torch.empty(10, 4)))
+        m.lm_head = LMHead(
+            m.embed_tokens.weight if tied else torch.nn.Parameter(torch.empty(10, 4))
+        )
         m.proj = torch.nn.Linear(4, 3, bias=False)
         return m.state_dict(keep_vars=True)
 
@@ -98,55 +119,85 @@ def check_ch01_count(count_parameters):
     for tied, want in ((True, 52), (False, 92)):
         got = count_parameters(toy(tied))
         if got != want:
-            problems.append(_t(f"{'绑定' if tied else '不绑定'}时应为 {want}，得到 {got}",
-                               f"{'tied' if tied else 'untied'}: should be {want}, got {got}"))
+            problems.append(
+                _t(
+                    f"{'绑定' if tied else '不绑定'}时应为 {want}，得到 {got}",
+                    f"{'tied' if tied else 'untied'}: should be {want}, got {got}",
+                )
+            )
     if problems and count_parameters(toy(True)) == 92:
-        problems.insert(0, _t("绑定的表在 state_dict 里出现两次，只能算一次", "the tied table appears twice in the "
-                              "state_dict and must be counted once"))
+        problems.insert(
+            0,
+            _t(
+                "绑定的表在 state_dict 里出现两次，只能算一次",
+                "the tied table appears twice in the state_dict and must be counted once",
+            ),
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 2
+# ---------------------------------------------------------------------------------------- chapter 2
 _E2 = torch.tensor([[1.0, 0.0], [10.0, 1.0], [1.0, 0.05], [0.0, 1.0], [-1.0, 0.0]])
 
 
 @exercise("2.1")
 def check_ch02_nearest(nearest):
-    """nearest(E, i, k) -> the k rows closest to row i by cosine, closest first, row i itself left out."""
+    """nearest(E, i, k) -> the k rows closest to row i by cosine, closest first, row i itself left
+    out."""
     problems = []
     got = [int(j) for j in torch.as_tensor(nearest(_E2.clone(), 0, 2)).flatten()]
     if got != [2, 1]:
-        problems.append(_t(f"第 0 行的 2 个近邻应为 [2, 1]，得到 {got}", f"the 2 nearest to row 0 are [2, 1], got {got}"))
+        problems.append(
+            _t(
+                f"第 0 行的 2 个近邻应为 [2, 1]，得到 {got}",
+                f"the 2 nearest to row 0 are [2, 1], got {got}",
+            )
+        )
         if got == [1, 2]:
-            problems.append(_t("这是点积的排序：第 1 行很长，方向却没有第 2 行近；先把行归一化",
-                               "that is the dot-product order: row 1 is long but points less the same way than "
-                               "row 2; normalise the rows first"))
+            problems.append(
+                _t(
+                    "这是点积的排序：第 1 行很长，方向却没有第 2 行近；先把行归一化",
+                    "that is the dot-product order: row 1 is long but points less the same way "
+                    "than row 2; normalise the rows first",
+                )
+            )
         if got[:1] == [0]:
             problems.append(_t("第 0 行自己不算近邻", "row 0 itself is not a neighbour"))
     got = [int(j) for j in torch.as_tensor(nearest(_E2.clone(), 3, 1)).flatten()]
     if got != [1]:
-        problems.append(_t(f"第 3 行最近的应为 [1]，得到 {got}", f"the nearest to row 3 is [1], got {got}"))
+        problems.append(
+            _t(f"第 3 行最近的应为 [1]，得到 {got}", f"the nearest to row 3 is [1], got {got}")
+        )
     return problems
 
 
 @exercise("2.2")
 def check_ch02_own_row_wins(own_row_wins):
-    """own_row_wins(E) -> bool per row: is the largest dot product of E[j] with the table at row j itself?"""
+    """own_row_wins(E) -> bool per row: is the largest dot product of E[j] with the table at row j
+    itself?"""
     E = torch.tensor([[1.0, 0.0], [3.0, 0.5], [0.0, 1.0], [0.0, -2.0]])
     want = [False, True, True, True]
     got = [bool(b) for b in torch.as_tensor(own_row_wins(E)).flatten()]
     if got == want:
-        print(_t("第 0 行输给了第 1 行：它更长（3.04 对 1），方向又接近（cos = 0.99）",
-                 "row 0 loses to row 1: longer (3.04 against 1) and close in direction (cos = 0.99)"))
+        print(
+            _t(
+                "第 0 行输给了第 1 行：它更长（3.04 对 1），方向又接近（cos = 0.99）",
+                "row 0 loses to row 1: longer (3.04 against 1) and close in direction (cos = 0.99)",
+            )
+        )
         return []
     problems = [_t(f"应为 {want}，得到 {got}", f"should be {want}, got {got}")]
     if all(got):
-        problems.append(_t("E_0·E_1 = 3 > E_0·E_0 = 1：别的行更长、方向又接近时，自己那行不一定赢",
-                           "E_0·E_1 = 3 > E_0·E_0 = 1: a longer row close in direction beats the row itself"))
+        problems.append(
+            _t(
+                "E_0·E_1 = 3 > E_0·E_0 = 1：别的行更长、方向又接近时，自己那行不一定赢",
+                "E_0·E_1 = 3 > E_0·E_0 = 1: a longer row close in direction beats the row itself",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 3
+# ---------------------------------------------------------------------------------------- chapter 3
 def _norm_case():
     g = torch.Generator().manual_seed(3)
     return torch.randn(4, 64, generator=g) * 5, torch.randn(64, generator=g) * 0.1
@@ -156,6 +207,7 @@ def _norm_case():
 def check_ch03_rmsnorm(rmsnorm):
     """rmsnorm(x, w, eps) -> x / rms(x) * (1 + w), computed in fp32, returned in x's dtype."""
     from qwen.norm import RMSNorm
+
     x, w = _norm_case()
     ref = RMSNorm(64)
     ref.weight.data = w
@@ -167,28 +219,46 @@ def check_ch03_rmsnorm(rmsnorm):
     if not _close(got, want, atol=1e-4):
         rms = got.float().pow(2).mean(-1).sqrt().mean().item()
         cos = F.cosine_similarity(got.float(), want, dim=-1).mean().item()
-        problems.append(_t(f"和正确结果差太多：输出的均方根是 {rms:.3f}（应约为 1），余弦 {cos:.3f}",
-                           f"differs from the right result: the output's rms is {rms:.3f} (about 1 expected), "
-                           f"cosine {cos:.3f}"))
+        problems.append(
+            _t(
+                f"和正确结果差太多：输出的均方根是 {rms:.3f}（应约为 1），余弦 {cos:.3f}",
+                f"differs from the right result: the output's rms is {rms:.3f} (about 1 expected), "
+                f"cosine {cos:.3f}",
+            )
+        )
         if rms < 0.3:
-            problems.append(_t("尺度几乎全丢了：检查点存的是偏移 w，要乘 1 + w", "the scale is nearly gone: the "
-                               "checkpoint stores the offset w, multiply by 1 + w"))
+            problems.append(
+                _t(
+                    "尺度几乎全丢了：检查点存的是偏移 w，要乘 1 + w",
+                    "the scale is nearly gone: the checkpoint stores the offset w, multiply by 1 "
+                    "+ w",
+                )
+            )
         return problems
     half = torch.as_tensor(rmsnorm(x.bfloat16(), w.bfloat16(), 1e-6))
     if half.dtype != torch.bfloat16:
-        problems.append(_t(f"bf16 输入应返回 bf16，得到 {half.dtype}", f"a bf16 input should come back bf16, got {half.dtype}"))
+        problems.append(
+            _t(
+                f"bf16 输入应返回 bf16，得到 {half.dtype}",
+                f"a bf16 input should come back bf16, got {half.dtype}",
+            )
+        )
     elif not _close(half, ref(x.bfloat16()), atol=0.05, rtol=0.02):
-        problems.append(_t("bf16 输入的结果不对：先转 fp32 再算", "wrong on a bf16 input: move to fp32 first"))
+        problems.append(
+            _t("bf16 输入的结果不对：先转 fp32 再算", "wrong on a bf16 input: move to fp32 first")
+        )
     return problems
 
 
 @exercise("3.2")
 def check_ch03_gated(gated_rmsnorm):
-    """gated_rmsnorm(x, z, w, eps) -> w * x / rms(x) * silu(z): DeltaNet's output norm, a plain weight."""
+    """gated_rmsnorm(x, z, w, eps) -> w * x / rms(x) * silu(z): DeltaNet's output norm, a plain
+    weight."""
     from qwen.norm import RMSNormGated
+
     x, w = _norm_case()
     z = torch.randn(4, 64, generator=torch.Generator().manual_seed(4))
-    w = 1 + w                                             # a plain scale near 1, as trained
+    w = 1 + w  # a plain scale near 1, as trained
     ref = RMSNormGated(64)
     ref.weight.data = w
     want = ref(x, z)
@@ -198,34 +268,44 @@ def check_ch03_gated(gated_rmsnorm):
         return problems
     problems.append(_t("和 RMSNormGated 的结果不同", "differs from RMSNormGated"))
     if _close(got, (1 + w) / w * want, atol=1e-4):
-        problems.append(_t("门控 norm 的权重直接乘，没有 1 +", "the gated norm's weight multiplies as it is, no 1 +"))
+        problems.append(
+            _t(
+                "门控 norm 的权重直接乘，没有 1 +",
+                "the gated norm's weight multiplies as it is, no 1 +",
+            )
+        )
     norm = x / x.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
     if _close(got, w * norm * torch.sigmoid(z), atol=1e-4):
-        problems.append(_t("门是 silu(z) = z·σ(z)，不是 σ(z)", "the gate is silu(z) = z·σ(z), not σ(z)"))
+        problems.append(
+            _t("门是 silu(z) = z·σ(z)，不是 σ(z)", "the gate is silu(z) = z·σ(z), not σ(z)")
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 4
+# ---------------------------------------------------------------------------------------- chapter 4
 def _interleaved_reference(x, angle):
     """RoFormer's pairing, computed through rotate-half on permuted dims."""
     from qwen.rope import apply_rope
+
     r = x.shape[-1]
-    x_rh = torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)           # pair (2i, 2i+1) -> (i, i + r/2)
+    x_rh = torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)  # pair (2i, 2i+1) -> (i, i + r/2)
     angle = torch.cat([angle, angle], dim=-1)
     y = apply_rope(x_rh, angle.cos(), angle.sin())
     out = torch.empty_like(x)
-    out[..., 0::2], out[..., 1::2] = y[..., : r // 2], y[..., r // 2:]
+    out[..., 0::2], out[..., 1::2] = y[..., : r // 2], y[..., r // 2 :]
     return out
 
 
 @exercise("4.1")
 def check_ch04_interleaved(rope_interleaved):
-    """rope_interleaved(x, angle): x [T, r], angle [T, r/2]; turn the neighbour pairs (2i, 2i+1) by angle[:, i]."""
+    """rope_interleaved(x, angle): x [T, r], angle [T, r/2]; turn the neighbour pairs (2i, 2i+1) by
+    angle[:, i]."""
     from qwen.rope import RotaryEmbedding, apply_rope
+
     g = torch.Generator().manual_seed(4)
     x = torch.randn(5, 8, generator=g)
     rope = RotaryEmbedding(head_dim=8, partial_rotary_factor=1.0, theta=1e4)
-    angle = torch.arange(5).float()[:, None] * rope.inv_freq                 # [5, 4]
+    angle = torch.arange(5).float()[:, None] * rope.inv_freq  # [5, 4]
     want = _interleaved_reference(x, angle)
     got = torch.as_tensor(rope_interleaved(x, angle))
     problems = [p for p in [_shape_problem(got, want, _t("输出", "the output"))] if p]
@@ -234,20 +314,35 @@ def check_ch04_interleaved(rope_interleaved):
     rotate_half = apply_rope(x, *rope(torch.arange(5)))
     if _close(got, want, atol=1e-5):
         gap = (rotate_half - want).abs().max().item()
-        print(_t(f"同一个向量，rotate-half 的结果和相邻配对最多差 {gap:.2f}：两种配对只差一个维度置换，混用就错，而且不报错",
-                 f"on the same vector rotate-half differs from neighbour pairing by up to {gap:.2f}: the two differ "
-                 "by a permutation of dims, and mixing them up is wrong without any error"))
+        print(
+            _t(
+                f"同一个向量，rotate-half 的结果和相邻配对最多差 {gap:.2f}："
+                "两种配对只差一个维度置换，混用就错，而且不报错",
+                "on the same vector rotate-half differs from neighbour pairing by up "
+                f"to {gap:.2f}: the two differ by a permutation of dims, and mixing them up is "
+                "wrong without any error",
+            )
+        )
         return []
-    problems.append(_t("和相邻配对 (2i, 2i+1) 的旋转不一致", "differs from turning the neighbour pairs (2i, 2i+1)"))
+    problems.append(
+        _t(
+            "和相邻配对 (2i, 2i+1) 的旋转不一致",
+            "differs from turning the neighbour pairs (2i, 2i+1)",
+        )
+    )
     if _close(got, rotate_half, atol=1e-5):
-        problems.append(_t("这是 rotate-half 的配对 (i, i + r/2)", "that is rotate-half's pairing (i, i + r/2)"))
+        problems.append(
+            _t("这是 rotate-half 的配对 (i, i + r/2)", "that is rotate-half's pairing (i, i + r/2)")
+        )
     return problems
 
 
 @exercise("4.2")
 def check_ch04_wavelengths(wavelengths):
-    """wavelengths(head_dim, partial_rotary_factor, theta) -> tokens per full turn of each rotated pair."""
+    """wavelengths(head_dim, partial_rotary_factor, theta) -> tokens per full turn of each rotated
+    pair."""
     from qwen.rope import RotaryEmbedding
+
     problems = []
     for head_dim, factor, theta in ((256, 0.25, 1e7), (32, 0.25, 1e7), (64, 1.0, 1e4)):
         want = 2 * math.pi / RotaryEmbedding(head_dim, factor, theta).inv_freq.double()
@@ -256,119 +351,190 @@ def check_ch04_wavelengths(wavelengths):
         if shape:
             problems.append(shape)
             if got.numel() == head_dim // 2 and factor < 1:
-                problems.append(_t("只有 head_dim × partial_rotary_factor 维在转", "only head_dim * "
-                                   "partial_rotary_factor dims turn"))
+                problems.append(
+                    _t(
+                        "只有 head_dim × partial_rotary_factor 维在转",
+                        "only head_dim * partial_rotary_factor dims turn",
+                    )
+                )
         elif not _close(got, want, rtol=1e-4, atol=0):
-            problems.append(_t(f"wavelengths({head_dim}, {factor}, {theta:g}) 的值不对：最快一对应为 2π，最慢一对应为 "
-                               f"{want[-1].item():.4g}", f"wrong values for ({head_dim}, {factor}, {theta:g}): the "
-                               f"fastest pair is 2π, the slowest {want[-1].item():.4g}"))
+            problems.append(
+                _t(
+                    f"wavelengths({head_dim}, {factor}, {theta:g}) 的值不对：最快一对应为 2π，"
+                    f"最慢一对应为 {want[-1].item():.4g}",
+                    f"wrong values for ({head_dim}, {factor}, {theta:g}): the "
+                    f"fastest pair is 2π, the slowest {want[-1].item():.4g}",
+                )
+            )
     if not problems:
         slow = int((torch.as_tensor(wavelengths(256, 0.25, 1e7)) > 262_144).sum())
-        print(_t(f"0.8B 的 32 对里，有 {slow} 对在 262,144 个 token 内转不满一圈",
-                 f"of the 0.8B's 32 pairs, {slow} never complete a turn within 262,144 tokens"))
+        print(
+            _t(
+                f"0.8B 的 32 对里，有 {slow} 对在 262,144 个 token 内转不满一圈",
+                f"of the 0.8B's 32 pairs, {slow} never complete a turn within 262,144 tokens",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 5
+# ---------------------------------------------------------------------------------------- chapter 5
 @exercise("5.1")
 def check_ch05_expand_kv(expand_kv):
-    """expand_kv(k, n_head): [B, n_kv, T, hd] -> [B, n_head, T, hd], query head j reading kv head j // (n_head / n_kv)."""
-    k = torch.arange(2.0)[None, :, None, None].expand(1, 2, 3, 4) + 0.1 * torch.arange(3.0)[:, None]   # head id + pos
+    """expand_kv(k, n_head): [B, n_kv, T, hd] -> [B, n_head, T, hd], query head j reading kv head j
+    // (n_head / n_kv)."""
+    # head id + pos
+    k = torch.arange(2.0)[None, :, None, None].expand(1, 2, 3, 4) + 0.1 * torch.arange(3.0)[:, None]
     want = k.repeat_interleave(4, dim=1)
     got = torch.as_tensor(expand_kv(k, 8))
     problems = [p for p in [_shape_problem(got, want, _t("输出", "the output"))] if p]
     if problems or torch.equal(got, want):
         return problems
     heads = [int(h) for h in got[0, :, 0, 0].round()]
-    problems.append(_t(f"8 个查询头读到的 KV 头是 {heads}，应为 [0, 0, 0, 0, 1, 1, 1, 1]",
-                       f"the 8 query heads read kv heads {heads}, should be [0, 0, 0, 0, 1, 1, 1, 1]"))
+    problems.append(
+        _t(
+            f"8 个查询头读到的 KV 头是 {heads}，应为 [0, 0, 0, 0, 1, 1, 1, 1]",
+            f"the 8 query heads read kv heads {heads}, should be [0, 0, 0, 0, 1, 1, 1, 1]",
+        )
+    )
     if heads == [0, 1] * 4:
-        problems.append(_t("这是 .repeat 的交替排法；要 repeat_interleave", "that is .repeat's alternation; use "
-                           "repeat_interleave"))
+        problems.append(
+            _t(
+                "这是 .repeat 的交替排法；要 repeat_interleave",
+                "that is .repeat's alternation; use repeat_interleave",
+            )
+        )
     return problems
 
 
 @exercise("5.2")
 def check_ch05_split(split_query_gate):
-    """split_query_gate(y, n_head, head_dim): q_proj's output [B, T, nh*2*hd] -> q [B, T, nh, hd], gate [B, T, nh*hd]."""
-    y = torch.arange(2 * 3 * 4 * 2 * 5, dtype=torch.float).view(2, 3, 40)     # B=2, T=3, nh=4, hd=5
+    """split_query_gate(y, n_head, head_dim): q_proj's output [B, T, nh*2*hd] -> q [B, T, nh, hd],
+    gate [B, T, nh*hd]."""
+    y = torch.arange(2 * 3 * 4 * 2 * 5, dtype=torch.float).view(2, 3, 40)  # B=2, T=3, nh=4, hd=5
     q_want, gate_want = y.view(2, 3, 4, 10).chunk(2, dim=-1)
     gate_want = gate_want.reshape(2, 3, 20)
     q, gate = split_query_gate(y, 4, 5)
     q, gate = torch.as_tensor(q), torch.as_tensor(gate)
-    problems = [p for p in [_shape_problem(q, q_want, "q"), _shape_problem(gate, gate_want, "gate")] if p]
+    problems = [
+        p for p in [_shape_problem(q, q_want, "q"), _shape_problem(gate, gate_want, "gate")] if p
+    ]
     if problems:
         return problems
     if not (torch.equal(q, q_want) and torch.equal(gate, gate_want)):
         problems.append(_t("q 和 gate 取错了通道", "q and gate took the wrong channels"))
         if torch.equal(q.reshape(2, 3, 20), y[..., :20]):
-            problems.append(_t("q_proj 的输出按头排列：头 0 的 [query | gate]，再是头 1……不是前一半全是 query",
-                               "q_proj's output is laid out per head: head 0's [query | gate], then head 1's...; "
-                               "not all queries first"))
+            problems.append(
+                _t(
+                    "q_proj 的输出按头排列：头 0 的 [query | gate]，再是头 1……不是前一半全是 query",
+                    "q_proj's output is laid out per head: head 0's [query | gate], then head "
+                    "1's...; not all queries first",
+                )
+            )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 6
+# ---------------------------------------------------------------------------------------- chapter 6
 @exercise("6.1")
 def check_ch06_delta_step(delta_step):
-    """delta_step(S, k, v, alpha, beta) -> the state after one token: decay, read, write the error."""
+    """delta_step(S, k, v, alpha, beta) -> the state after one token: decay, read, write the
+    error."""
     from qwen.deltanet import l2norm, recurrent_gated_delta_rule
+
     g = torch.Generator().manual_seed(6)
     S = torch.randn(4, 3, generator=g)
     k, v = l2norm(torch.randn(4, generator=g)), torch.randn(3, generator=g)
     problems = []
     for alpha, beta in ((0.9, 0.5), (1.0, 1.0)):
-        _, want = recurrent_gated_delta_rule(k.view(1, 1, 1, 4), k.view(1, 1, 1, 4), v.view(1, 1, 1, 3),
-                                             torch.tensor(math.log(alpha)).view(1, 1, 1),
-                                             torch.tensor(beta).view(1, 1, 1), S.view(1, 1, 4, 3).clone())
+        _, want = recurrent_gated_delta_rule(
+            k.view(1, 1, 1, 4),
+            k.view(1, 1, 1, 4),
+            v.view(1, 1, 1, 3),
+            torch.tensor(math.log(alpha)).view(1, 1, 1),
+            torch.tensor(beta).view(1, 1, 1),
+            S.view(1, 1, 4, 3).clone(),
+        )
         want = want.view(4, 3)
         got = torch.as_tensor(delta_step(S.clone(), k, v, alpha, beta))
         shape = _shape_problem(got, want, _t("新状态", "the new state"))
         if shape:
             return [shape]
         if not _close(got, want, atol=1e-5):
-            problems.append(_t(f"α={alpha}, β={beta} 时新状态不对", f"the new state is wrong for α={alpha}, β={beta}"))
+            problems.append(
+                _t(
+                    f"α={alpha}, β={beta} 时新状态不对",
+                    f"the new state is wrong for α={alpha}, β={beta}",
+                )
+            )
             if alpha == 1.0 and not _close(got.T @ k, v, atol=1e-4):
-                problems.append(_t("β = 1、键是单位向量时，写完用 k 读出来应该正好是 v：只写误差 v - S'ᵀk",
-                                   "with β = 1 and a unit key, reading k right after the write must give v back: "
-                                   "write only the error v - S'ᵀk"))
+                problems.append(
+                    _t(
+                        "β = 1、键是单位向量时，写完用 k 读出来应该正好是 v：只写误差 v - S'ᵀk",
+                        "with β = 1 and a unit key, reading k right after the write must give v "
+                        "back: write only the error v - S'ᵀk",
+                    )
+                )
             elif _close(got, alpha * S + beta * torch.outer(k, v), atol=1e-5):
-                problems.append(_t("这是线性注意力的只加不改；先读出预测，再写误差",
-                                   "that is linear attention, which only adds; read the prediction, write the error"))
+                problems.append(
+                    _t(
+                        "这是线性注意力的只加不改；先读出预测，再写误差",
+                        "that is linear attention, which only adds; read the prediction, write the "
+                        "error",
+                    )
+                )
     return problems
 
 
 @exercise("6.2")
 def check_ch06_gates(gates):
-    """gates(a, b, A_log, dt_bias) -> (g, beta): the log decay in fp32 (<= 0) and the write strength in (0, 1)."""
+    """gates(a, b, A_log, dt_bias) -> (g, beta): the log decay in fp32 (<= 0) and the write strength
+    in (0, 1)."""
     gen = torch.Generator().manual_seed(6)
-    a, b = (torch.randn(5, 3, generator=gen) * 3).bfloat16(), (torch.randn(5, 3, generator=gen) * 3).bfloat16()
+    a, b = (
+        (torch.randn(5, 3, generator=gen) * 3).bfloat16(),
+        (torch.randn(5, 3, generator=gen) * 3).bfloat16(),
+    )
     A_log, dt_bias = torch.randn(3, generator=gen), torch.randn(3, generator=gen)
     g_want = -A_log.exp() * F.softplus(a.float() + dt_bias)
     beta_want = b.sigmoid().float()
     g, beta = gates(a, b, A_log, dt_bias)
     g, beta = torch.as_tensor(g), torch.as_tensor(beta)
-    problems = [p for p in [_shape_problem(g, g_want, "g"), _shape_problem(beta, beta_want, "beta")] if p]
+    problems = [
+        p for p in [_shape_problem(g, g_want, "g"), _shape_problem(beta, beta_want, "beta")] if p
+    ]
     if problems:
         return problems
     if g.dtype != torch.float32:
-        problems.append(_t(f"g 应在 fp32 里算（它要过指数、沿序列累加），得到 {g.dtype}",
-                           f"compute g in fp32 (it goes through exp and is summed along the sequence), got {g.dtype}"))
+        problems.append(
+            _t(
+                f"g 应在 fp32 里算（它要过指数、沿序列累加），得到 {g.dtype}",
+                "compute g in fp32 (it goes through exp and is summed along the sequence), "
+                f"got {g.dtype}",
+            )
+        )
     elif (g > 0).any():
-        problems.append(_t("g 是对数衰减，必须 ≤ 0：softplus 让 Δt 保持为正", "g is a log decay and must be <= 0: "
-                           "softplus keeps Δt positive"))
+        problems.append(
+            _t(
+                "g 是对数衰减，必须 ≤ 0：softplus 让 Δt 保持为正",
+                "g is a log decay and must be <= 0: softplus keeps Δt positive",
+            )
+        )
     elif not _close(g, g_want, atol=1e-4, rtol=1e-4):
-        problems.append(_t("g 不对：g = -exp(A_log) · softplus(a + dt_bias)", "wrong g: g = -exp(A_log) * "
-                           "softplus(a + dt_bias)"))
+        problems.append(
+            _t(
+                "g 不对：g = -exp(A_log) · softplus(a + dt_bias)",
+                "wrong g: g = -exp(A_log) * softplus(a + dt_bias)",
+            )
+        )
     if not _close(beta.float(), beta_want, atol=1e-2):
         problems.append(_t("beta 不对：beta = sigmoid(b)", "wrong beta: beta = sigmoid(b)"))
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 7
+# ---------------------------------------------------------------------------------------- chapter 7
 @exercise("7.1")
 def check_ch07_decay_matrix(decay_matrix):
-    """decay_matrix(g) for one chunk's log decays g [C] -> Γ [C, C], Γ_ij = exp(γ_i - γ_j) for j <= i, else 0."""
+    """decay_matrix(g) for one chunk's log decays g [C] -> Γ [C, C], Γ_ij = exp(γ_i - γ_j) for j <=
+    i, else 0."""
     g = -torch.rand(6, generator=torch.Generator().manual_seed(7))
     gamma = g.cumsum(0)
     want = (gamma[:, None] - gamma[None, :]).exp().tril()
@@ -377,19 +543,32 @@ def check_ch07_decay_matrix(decay_matrix):
     if problems or _close(got, want):
         return problems
     if got.triu(1).abs().max() > 0:
-        problems.append(_t("对角线以上必须是 0：第 i 步看不到之后写入的东西", "Γ must be 0 above the diagonal: step i "
-                           "cannot see later writes"))
+        problems.append(
+            _t(
+                "对角线以上必须是 0：第 i 步看不到之后写入的东西",
+                "Γ must be 0 above the diagonal: step i cannot see later writes",
+            )
+        )
     if not _close(torch.diagonal(got), torch.ones(6)):
-        problems.append(_t("对角线应为 1：第 i 步读的是它自己刚写入的", "the diagonal must be 1: step i reads its own "
-                           "write undecayed"))
+        problems.append(
+            _t(
+                "对角线应为 1：第 i 步读的是它自己刚写入的",
+                "the diagonal must be 1: step i reads its own write undecayed",
+            )
+        )
     if got.tril().max() > 1 + 1e-6:
-        problems.append(_t("Γ 里出现了大于 1 的数：应是 exp(γ_i - γ_j)，不是 exp(γ_j - γ_i)",
-                           "Γ holds values above 1: it is exp(γ_i - γ_j), not exp(γ_j - γ_i)"))
+        problems.append(
+            _t(
+                "Γ 里出现了大于 1 的数：应是 exp(γ_i - γ_j)，不是 exp(γ_j - γ_i)",
+                "Γ holds values above 1: it is exp(γ_i - γ_j), not exp(γ_j - γ_i)",
+            )
+        )
     return problems or [_t("Γ 的值不对", "wrong values in Γ")]
 
 
 def _delta_inputs(T, seed=7):
     from qwen.deltanet import l2norm
+
     gen = torch.Generator().manual_seed(seed)
     q = l2norm(torch.randn(1, 2, T, 8, generator=gen)) * 8**-0.5
     k = l2norm(torch.randn(1, 2, T, 8, generator=gen))
@@ -399,37 +578,55 @@ def _delta_inputs(T, seed=7):
 
 @exercise("7.2")
 def check_ch07_prefill_then_decode(prefill_then_decode):
-    """prefill_then_decode(q, k, v, g, beta, cut): chunked over the first `cut` tokens, then the recurrence one
-    token at a time from that state. Returns (outputs [B, H, T, dv], final state)."""
+    """prefill_then_decode(q, k, v, g, beta, cut): chunked over the first `cut` tokens, then the
+    recurrence one token at a time from that state. Returns (outputs [B, H, T, dv], final state)."""
     from qwen.deltanet import recurrent_gated_delta_rule
+
     problems = []
-    for T, cut in ((100, 70), (130, 65)):                  # lengths that are not multiples of 64
+    for T, cut in ((100, 70), (130, 65)):  # lengths that are not multiples of 64
         inputs = _delta_inputs(T)
         o_want, S_want = recurrent_gated_delta_rule(*inputs)
         o, S = prefill_then_decode(*inputs, cut)
         o, S = torch.as_tensor(o), torch.as_tensor(S)
-        shape = _shape_problem(o, o_want, _t("输出", "the outputs")) or _shape_problem(S, S_want, _t("状态", "the state"))
+        shape = _shape_problem(o, o_want, _t("输出", "the outputs")) or _shape_problem(
+            S, S_want, _t("状态", "the state")
+        )
         if shape:
             return [shape]
         if not (_close(o, o_want, atol=1e-4) and _close(S, S_want, atol=1e-4)):
             first = _close(o[:, :, :cut], o_want[:, :, :cut], atol=1e-4)
-            problems.append(_t(f"T={T}、在 {cut} 处切开时和整段递推不一致", f"T={T} cut at {cut} differs from the "
-                               "recurrence over the whole sequence"))
+            problems.append(
+                _t(
+                    f"T={T}、在 {cut} 处切开时和整段递推不一致",
+                    f"T={T} cut at {cut} differs from the recurrence over the whole sequence",
+                )
+            )
             if first:
-                problems.append(_t(f"前 {cut} 个输出对，后面错：递推要从分块形式留下的状态接着走",
-                                   f"the first {cut} outputs agree, the rest do not: the recurrence must start from "
-                                   "the state the chunked form left"))
+                problems.append(
+                    _t(
+                        f"前 {cut} 个输出对，后面错：递推要从分块形式留下的状态接着走",
+                        f"the first {cut} outputs agree, the rest do not: the recurrence must "
+                        "start from the state the chunked form left",
+                    )
+                )
     if not problems:
-        print(_t("100 和 130 个 token、切在 70 和 65 处：分块接递推，和从头递推一致（误差 < 1e-4）",
-                 "100 and 130 tokens, cut at 70 and 65: chunked then recurrent equals the recurrence (within 1e-4)"))
+        print(
+            _t(
+                "100 和 130 个 token、切在 70 和 65 处：分块接递推，和从头递推一致（误差 < 1e-4）",
+                "100 and 130 tokens, cut at 70 and 65: chunked then recurrent equals the "
+                "recurrence (within 1e-4)",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 8
+# ---------------------------------------------------------------------------------------- chapter 8
 @exercise("8.1")
 def check_ch08_swiglu(swiglu):
-    """swiglu(x, W_gate, W_up, W_down) with nn.Linear's [out, in] weights -> down(silu(gate(x)) * up(x))."""
+    """swiglu(x, W_gate, W_up, W_down) with nn.Linear's [out, in] weights -> down(silu(gate(x)) *
+    up(x))."""
     from qwen.mlp import MLP
+
     torch.manual_seed(8)
     mlp = MLP(8, 12)
     x = torch.randn(2, 3, 8)
@@ -442,8 +639,12 @@ def check_ch08_swiglu(swiglu):
     problems.append(_t("和 MLP 的结果不同", "differs from MLP"))
     gate, up = x @ W[0].T, x @ W[1].T
     if _close(got, (gate * F.silu(up)) @ W[2].T):
-        problems.append(_t("SiLU 应作用在 gate_proj 的输出上，不是 up_proj", "the SiLU belongs on gate_proj's "
-                           "output, not up_proj's"))
+        problems.append(
+            _t(
+                "SiLU 应作用在 gate_proj 的输出上，不是 up_proj",
+                "the SiLU belongs on gate_proj's output, not up_proj's",
+            )
+        )
     if _close(got, (F.relu(gate) * up) @ W[2].T):
         problems.append(_t("这是 ReLU；门用 SiLU", "that is ReLU; the gate uses SiLU"))
     return problems
@@ -451,27 +652,39 @@ def check_ch08_swiglu(swiglu):
 
 @exercise("8.2")
 def check_ch08_matching_width(matching_width):
-    """matching_width(d, classic_width) -> the SwiGLU hidden width with as many parameters as a two-matrix FFN."""
+    """matching_width(d, classic_width) -> the SwiGLU hidden width with as many parameters as a
+    two-matrix FFN."""
     problems = []
     for d, classic, want in ((1024, 4096, 8192 / 3), (1024, 5376, 3584.0), (512, 3000, 2000.0)):
         got = float(matching_width(d, classic))
         if abs(got - want) > 0.5:
-            problems.append(_t(f"d={d}、经典宽度 {classic} 时应为 {want:.1f}，得到 {got:.1f}",
-                               f"d={d}, classic width {classic}: should be {want:.1f}, got {got:.1f}"))
+            problems.append(
+                _t(
+                    f"d={d}、经典宽度 {classic} 时应为 {want:.1f}，得到 {got:.1f}",
+                    f"d={d}, classic width {classic}: should be {want:.1f}, got {got:.1f}",
+                )
+            )
     if problems:
-        problems.append(_t("参数相等：3·d·f = 2·d·经典宽度", "equal parameters: 3·d·f = 2·d·classic_width"))
+        problems.append(
+            _t("参数相等：3·d·f = 2·d·经典宽度", "equal parameters: 3·d·f = 2·d·classic_width")
+        )
     else:
-        print(_t("Qwen3.5-0.8B 的 3584 相当于 5376 = 5.25 × 1024 宽的经典 FFN",
-                 "the 0.8B's 3584 matches a classic FFN 5376 = 5.25 × 1024 wide"))
+        print(
+            _t(
+                "Qwen3.5-0.8B 的 3584 相当于 5376 = 5.25 × 1024 宽的经典 FFN",
+                "the 0.8B's 3584 matches a classic FFN 5376 = 5.25 × 1024 wide",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 9
+# ---------------------------------------------------------------------------------------- chapter 9
 @exercise("9.1")
 def check_ch09_decoder_layer(decoder_layer):
     """decoder_layer(x, norm1, mixer, norm2, mlp) -> two pre-norm residual branches."""
     from qwen.mlp import MLP
     from qwen.norm import RMSNorm
+
     torch.manual_seed(9)
     norm1, norm2 = RMSNorm(8), RMSNorm(8)
     for n in (norm1, norm2):
@@ -486,18 +699,27 @@ def check_ch09_decoder_layer(decoder_layer):
     problems = [p for p in [_shape_problem(got, want, _t("输出", "the output"))] if p]
     if problems or _close(got, want, atol=1e-5):
         return problems
-    problems.append(_t("应为 h = x + mixer(norm1(x))，再 h + mlp(norm2(h))", "should be h = x + mixer(norm1(x)), "
-                       "then h + mlp(norm2(h))"))
+    problems.append(
+        _t(
+            "应为 h = x + mixer(norm1(x))，再 h + mlp(norm2(h))",
+            "should be h = x + mixer(norm1(x)), then h + mlp(norm2(h))",
+        )
+    )
     if _close(got, post, atol=1e-5):
-        problems.append(_t("这是 post-norm：norm 只放在每个分支的入口，残差流本身不归一化",
-                           "that is post-norm: the norm sits at each branch's entrance, the stream is never normalised"))
+        problems.append(
+            _t(
+                "这是 post-norm：norm 只放在每个分支的入口，残差流本身不归一化",
+                "that is post-norm: the norm sits at each branch's entrance, the stream is never "
+                "normalised",
+            )
+        )
     return problems
 
 
 @exercise("9.2")
 def check_ch09_logit_lens(logit_lens, model, ids):
-    """logit_lens(model, ids) -> per layer, the probability of the model's final next-token prediction if the
-    model ended after that layer (final norm and output layer applied)."""
+    """logit_lens(model, ids) -> per layer, the probability of the model's final next-token
+    prediction if the model ended after that layer (final norm and output layer applied)."""
     got = torch.as_tensor(logit_lens(model, ids)).detach().flatten().float()
     with torch.no_grad():
         cos, sin = model.rotary_emb(torch.arange(ids.shape[1]))
@@ -505,21 +727,30 @@ def check_ch09_logit_lens(logit_lens, model, ids):
         for layer in model.layers:
             x = layer(x, cos, sin)
             logits.append(model.lm_head(model.norm(x[:, -1:]))[0, -1])
-        logits = torch.stack(logits)                       # [layers, vocab]; the last row is model(ids)'s
+        logits = torch.stack(logits)  # [layers, vocab]; the last row is model(ids)'s
         want = torch.softmax(logits, -1)[:, logits[-1].argmax()]
     problems = [p for p in [_shape_problem(got, want, _t("结果", "the result"))] if p]
     if problems or _close(got, want, atol=1e-5):
         if not problems:
-            print(_t(f"最后一层的概率 {got[-1].item():.3g} 就是整个模型给出的概率", f"the last layer's probability "
-                     f"{got[-1].item():.3g} is the whole model's"))
+            print(
+                _t(
+                    f"最后一层的概率 {got[-1].item():.3g} 就是整个模型给出的概率",
+                    f"the last layer's probability {got[-1].item():.3g} is the whole model's",
+                )
+            )
         return problems
-    problems.append(_t("每层的概率不对：取最后一个位置，经过 model.norm 和 model.lm_head，再 softmax，读整个模型预测的那个 token",
-                       "wrong probabilities: take the last position through model.norm and model.lm_head, softmax, "
-                       "and read the token the whole model predicts"))
+    problems.append(
+        _t(
+            "每层的概率不对：取最后一个位置，经过 model.norm 和 model.lm_head，再 softmax，"
+            "读整个模型预测的那个 token",
+            "wrong probabilities: take the last position through model.norm and model.lm_head, "
+            "softmax, and read the token the whole model predicts",
+        )
+    )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 10
+# --------------------------------------------------------------------------------------- chapter 10
 @exercise("10.1")
 def check_ch10_stored_form(stored_form):
     """stored_form(text) -> the string tokenizer.json stores for text's UTF-8 bytes."""
@@ -530,51 +761,75 @@ def check_ch10_stored_form(stored_form):
         if got != want:
             problems.append(f"{text!r} -> {got!r}, " + _t(f"应为 {want!r}", f"should be {want!r}"))
     if problems:
-        problems.append(_t("先转成 UTF-8 字节，每个字节查 bytes_to_unicode()", "take the UTF-8 bytes, and look up "
-                           "each byte in bytes_to_unicode()"))
+        problems.append(
+            _t(
+                "先转成 UTF-8 字节，每个字节查 bytes_to_unicode()",
+                "take the UTF-8 bytes, and look up each byte in bytes_to_unicode()",
+            )
+        )
     return problems
 
 
 @exercise("10.2")
 def check_ch10_bpe(bpe):
-    """bpe(piece, ranks) -> the tokens (bytes) of one piece: merge the lowest-ranked pair until none merges."""
+    """bpe(piece, ranks) -> the tokens (bytes) of one piece: merge the lowest-ranked pair until none
+    merges."""
     ranks = {bytes([b]): b for b in range(256)}
     ranks.update({b"bc": 256, b"ab": 257, b"bcd": 258, b"aa": 259, b"aaaa": 260})
-    cases = {b"abcd": [b"a", b"bcd"], b"aaaa": [b"aaaa"], b"aaa": [b"aa", b"a"], b"xyz": [b"x", b"y", b"z"],
-             b"abab": [b"ab", b"ab"]}
+    cases = {
+        b"abcd": [b"a", b"bcd"],
+        b"aaaa": [b"aaaa"],
+        b"aaa": [b"aa", b"a"],
+        b"xyz": [b"x", b"y", b"z"],
+        b"abab": [b"ab", b"ab"],
+    }
     problems = []
     for piece, want in cases.items():
         got = [bytes(t) for t in bpe(piece, ranks)]
         if got != want:
             problems.append(f"{piece!r} -> {got!r}, " + _t(f"应为 {want!r}", f"should be {want!r}"))
     if problems and [bytes(t) for t in bpe(b"abcd", ranks)] == [b"ab", b"c", b"d"]:
-        problems.insert(0, _t("每次合并排名最低（最早学到）的那一对，不是从左往右", "merge the lowest-ranked pair each "
-                              "time, not the leftmost"))
+        problems.insert(
+            0,
+            _t(
+                "每次合并排名最低（最早学到）的那一对，不是从左往右",
+                "merge the lowest-ranked pair each time, not the leftmost",
+            ),
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 11
+# --------------------------------------------------------------------------------------- chapter 11
 @exercise("11.1")
 def check_ch11_top_p(top_p_keep):
-    """top_p_keep(probs, p) for probabilities sorted likeliest first -> bool mask: the fewest from the top whose
-    probabilities add up to p; the one that crosses p stays."""
+    """top_p_keep(probs, p) for probabilities sorted likeliest first -> bool mask: the fewest from
+    the top whose probabilities add up to p; the one that crosses p stays."""
     from qwen.generate import candidates
-    cases = [([0.64, 0.24, 0.09, 0.03], 0.5, [True, False, False, False]),
-             ([0.64, 0.24, 0.09, 0.03], 0.9, [True, True, True, False]),
-             ([0.5, 0.25, 0.25], 0.75, [True, True, False])]
+
+    cases = [
+        ([0.64, 0.24, 0.09, 0.03], 0.5, [True, False, False, False]),
+        ([0.64, 0.24, 0.09, 0.03], 0.9, [True, True, True, False]),
+        ([0.5, 0.25, 0.25], 0.75, [True, True, False]),
+    ]
     torch.manual_seed(11)
     for _ in range(3):
         logits = torch.randn(20) * 2
         probs = torch.softmax(logits, -1).sort(descending=True).values
         p = float(torch.rand(()) * 0.9 + 0.05)
-        cases.append((probs.tolist(), p, [True] * len(candidates(logits, top_p=p)[1]) + [False] * 20))
+        cases.append(
+            (probs.tolist(), p, [True] * len(candidates(logits, top_p=p)[1]) + [False] * 20)
+        )
     problems = []
     for probs, p, want in cases:
         want = want[: len(probs)]
         got = [bool(b) for b in torch.as_tensor(top_p_keep(torch.tensor(probs), p)).flatten()]
         if got != want:
-            problems.append(_t(f"p={p:.2f} 时保留 {sum(got)} 个，应保留 {sum(want)} 个",
-                               f"p={p:.2f}: kept {sum(got)}, should keep {sum(want)}"))
+            problems.append(
+                _t(
+                    f"p={p:.2f} 时保留 {sum(got)} 个，应保留 {sum(want)} 个",
+                    f"p={p:.2f}: kept {sum(got)}, should keep {sum(want)}",
+                )
+            )
             if sum(got) == sum(want) - 1:
                 problems.insert(0, _t("越过 p 的那一个也要留下", "the token that crosses p stays"))
     return problems
@@ -582,120 +837,195 @@ def check_ch11_top_p(top_p_keep):
 
 @exercise("11.2")
 def check_ch11_cached_greedy(greedy, model, ids):
-    """greedy(model, ids, n) -> n greedy token ids, reading the prompt once into a Cache and then one token per call."""
+    """greedy(model, ids, n) -> n greedy token ids, reading the prompt once into a Cache and then
+    one token per call."""
     n = 3
     got = [int(t) for t in greedy(model, list(ids), n)]
     seq = list(ids)
     with torch.no_grad():
-        for _ in range(n):                                # no cache: recompute everything, every step
+        for _ in range(n):  # no cache: recompute everything, every step
             seq.append(int(model(torch.tensor([seq]), last_only=True)[0, -1].argmax()))
-    want = seq[len(ids):]
+    want = seq[len(ids) :]
     if got == want:
-        print(_t(f"{n} 个 token 和每步从头重算的一样：{got}", f"{n} tokens, the same as recomputing from scratch: {got}"))
+        print(
+            _t(
+                f"{n} 个 token 和每步从头重算的一样：{got}",
+                f"{n} tokens, the same as recomputing from scratch: {got}",
+            )
+        )
         return []
     problems = [_t(f"应为 {want}，得到 {got}", f"should be {want}, got {got}")]
     if len(got) == len(want):
         first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-        problems.append(_t(f"从第 {first} 个 token 起不同：缓存少看了（或多看了）一个 token；每次调用后 cache.seq_len 应等于已读的 token 数",
-                           f"they part at token {first}: the cache missed a token (or saw one twice); after each "
-                           "call cache.seq_len must equal the number of tokens read"))
+        problems.append(
+            _t(
+                f"从第 {first} 个 token 起不同：缓存少看了（或多看了）一个 token；每次调用后 "
+                "cache.seq_len 应等于已读的 token 数",
+                f"they part at token {first}: the cache missed a token (or saw one twice); after "
+                "each call cache.seq_len must equal the number of tokens read",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 12
+# --------------------------------------------------------------------------------------- chapter 12
 @exercise("12.1")
 def check_ch12_render(render):
-    """render(messages, thinking) -> the ChatML prompt, ending where the assistant starts to answer."""
+    """render(messages, thinking) -> the ChatML prompt, ending where the assistant starts to
+    answer."""
     from qwen.chat import chat_prompt
+
     turns = [
         [{"role": "user", "content": "你好"}],
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
-         {"role": "assistant", "content": "<think>\nsay hi\n</think>\n\nHello!"}, {"role": "user", "content": "2+2?"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "<think>\nsay hi\n</think>\n\nHello!"},
+            {"role": "user", "content": "2+2?"},
+        ],
     ]
     problems = []
     for messages in turns:
         for thinking in (False, True):
             want, got = chat_prompt(messages, thinking), render(messages, thinking)
             if got != want:
-                at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                problems.append(_t(f"thinking={thinking}：第 {at} 个字符起不同，应为 {want[at:at + 24]!r}，得到 {got[at:at + 24]!r}",
-                                   f"thinking={thinking}: differs from character {at}: expected {want[at:at + 24]!r}, "
-                                   f"got {got[at:at + 24]!r}"))
+                at = next(
+                    (i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                    min(len(got), len(want)),
+                )
+                problems.append(
+                    _t(
+                        f"thinking={thinking}：第 {at} 个字符起不同，应为 {want[at : at + 24]!r}，"
+                        f"得到 {got[at : at + 24]!r}",
+                        f"thinking={thinking}: differs from character {at}: "
+                        f"expected {want[at : at + 24]!r}, "
+                        f"got {got[at : at + 24]!r}",
+                    )
+                )
     return problems
 
 
 @exercise("12.2")
 def check_ch12_reusable(reusable_prefix):
-    """reusable_prefix(read, prompt) -> how many leading items (characters or token ids) the two share."""
+    """reusable_prefix(read, prompt) -> how many leading items (characters or token ids) the two
+    share."""
     from qwen.chat import chat_prompt
-    cases = [("abc", "abd", 2), ("ab", "abcd", 2), ("", "x", 0), ("xyz", "xyz", 3), ([1, 2, 3], [1, 2, 3, 4], 3),
-             ([5, 1], [1, 5], 0)]
+
+    cases = [
+        ("abc", "abd", 2),
+        ("ab", "abcd", 2),
+        ("", "x", 0),
+        ("xyz", "xyz", 3),
+        ([1, 2, 3], [1, 2, 3, 4], 3),
+        ([5, 1], [1, 5], 0),
+    ]
     problems = []
     for a, b, want in cases:
         got = reusable_prefix(a, b)
         if got != want:
-            problems.append(f"reusable_prefix({a!r}, {b!r}) = {got!r}, " + _t(f"应为 {want}", f"should be {want}"))
+            problems.append(
+                f"reusable_prefix({a!r}, {b!r}) = {got!r}, "
+                + _t(f"应为 {want}", f"should be {want}")
+            )
     if problems:
         return problems
     for thinking in (False, True):
         first = [{"role": "user", "content": "hi"}]
         answer = ("the user says hi\n</think>\n\n" if thinking else "") + "Hello!"
-        read = chat_prompt(first, thinking) + answer       # what the model read: the prompt and what it wrote
-        nxt = chat_prompt(first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "ok"}],
-                          thinking)
+        # what the model read: the prompt and what it wrote
+        read = chat_prompt(first, thinking) + answer
+        nxt = chat_prompt(
+            first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "ok"}],
+            thinking,
+        )
         n = reusable_prefix(read, nxt)
-        print(_t(f"thinking={thinking}：模型读过 {len(read)} 个字符，下一轮的提示词只和前 {n} 个相同，之后读过的是 {read[n:n + 20]!r}",
-                 f"thinking={thinking}: the model read {len(read)} characters, the next prompt shares only the first "
-                 f"{n}; what it read next was {read[n:n + 20]!r}"))
+        print(
+            _t(
+                f"thinking={thinking}：模型读过 {len(read)} 个字符，下一轮的提示词只和前 {n} "
+                f"个相同，之后读过的是 {read[n : n + 20]!r}",
+                f"thinking={thinking}: the model read {len(read)} characters, the next prompt "
+                f"shares only the first {n}; what it read next was {read[n : n + 20]!r}",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 13
+# --------------------------------------------------------------------------------------- chapter 13
 @exercise("13.1")
 def check_ch13_decode_ceiling(decode_ceiling):
     """decode_ceiling(params, bytes_per_weight, gb_per_s, gflop_per_s, batch) -> tokens/s of `batch`
-    sequences decoded together: each step reads every weight once and does 2 FLOP per weight per sequence."""
+    sequences decoded together: each step reads every weight once and does 2 FLOP per weight per
+    sequence."""
     problems = []
-    for params, b, gbps, gflops, batch in ((752_393_024, 2, 20.0, 100.0, 1), (752_393_024, 2, 20.0, 100.0, 2),
-                                           (752_393_024, 2, 20.0, 100.0, 16), (752_393_024, 1, 20.0, 100.0, 2),
-                                           (752_393_024, 4, 20.0, 100.0, 64), (1_000_000, 1, 1.0, 50.0, 3)):
+    for params, b, gbps, gflops, batch in (
+        (752_393_024, 2, 20.0, 100.0, 1),
+        (752_393_024, 2, 20.0, 100.0, 2),
+        (752_393_024, 2, 20.0, 100.0, 16),
+        (752_393_024, 1, 20.0, 100.0, 2),
+        (752_393_024, 4, 20.0, 100.0, 64),
+        (1_000_000, 1, 1.0, 50.0, 3),
+    ):
         want = min(batch * gbps * 1e9 / (params * b), gflops * 1e9 / (2 * params))
         got = float(decode_ceiling(params, b, gbps, gflops, batch))
         if not math.isclose(got, want, rel_tol=1e-6):
-            problems.append(_t(f"{params:,} 个权重、每个 {b} 字节、{gbps} GB/s、{gflops} GFLOP/s、{batch} 条序列："
-                               f"应为 {want:.2f} 词元/秒，得到 {got:.2f}（读一遍权重服务 {batch} 条序列，"
-                               "但算力封顶）",
-                               f"{params:,} weights of {b} bytes, {gbps} GB/s, {gflops} GFLOP/s, {batch} sequences: "
-                               f"want {want:.2f} tokens/s, got {got:.2f} (one read of the weights serves {batch} "
-                               "sequences, up to what the arithmetic allows)"))
+            problems.append(
+                _t(
+                    f"{params:,} 个权重、每个 {b} 字节、{gbps} GB/s、{gflops} GFLOP/s、{batch} "
+                    f"条序列：应为 {want:.2f} 词元/秒，得到 {got:.2f}（读一遍权重服务 {batch} "
+                    "条序列，但算力封顶）",
+                    f"{params:,} weights of {b} bytes, {gbps} GB/s, {gflops} GFLOP/s, {batch} "
+                    f"sequences: want {want:.2f} tokens/s, got {got:.2f} (one read of the weights "
+                    f"serves {batch} sequences, up to what the arithmetic allows)",
+                )
+            )
     return problems
 
 
 @exercise("13.2")
 def check_ch13_ridge_batch(ridge_batch):
-    """ridge_batch(bytes_per_weight, gb_per_s, gflop_per_s) -> the batch at which a matmul stops waiting for
-    its weights and starts waiting for its arithmetic."""
+    """ridge_batch(bytes_per_weight, gb_per_s, gflop_per_s) -> the batch at which a matmul stops
+    waiting for its weights and starts waiting for its arithmetic."""
     problems = []
-    for b, gbps, gflops in ((2, 20.0, 100.0), (1, 20.0, 100.0), (4, 20.0, 100.0), (2, 50.0, 1000.0),
-                            (0.5, 10.0, 400.0)):
-        want = gflops * b / (2 * gbps)                 # B sequences: 2 B FLOP per b bytes of weight
+    for b, gbps, gflops in (
+        (2, 20.0, 100.0),
+        (1, 20.0, 100.0),
+        (4, 20.0, 100.0),
+        (2, 50.0, 1000.0),
+        (0.5, 10.0, 400.0),
+    ):
+        want = gflops * b / (2 * gbps)  # B sequences: 2 B FLOP per b bytes of weight
         got = float(ridge_batch(b, gbps, gflops))
         if not math.isclose(got, want, rel_tol=1e-6):
-            problems.append(_t(f"每个权重 {b} 字节、{gbps} GB/s、{gflops} GFLOP/s：拐点应在 B = {want:g}，得到 {got:g}"
-                               f"（B 条序列时，每读 {b} 字节权重做 2B 次浮点运算）",
-                               f"{b} bytes per weight, {gbps} GB/s, {gflops} GFLOP/s: the ridge is at B = {want:g}, "
-                               f"got {got:g} (with B sequences, {b} bytes of weight read serve 2B FLOP)"))
+            problems.append(
+                _t(
+                    f"每个权重 {b} 字节、{gbps} GB/s、{gflops} GFLOP/s：拐点应在 B = {want:g}，"
+                    f"得到 {got:g}（B 条序列时，每读 {b} 字节权重做 2B 次浮点运算）",
+                    f"{b} bytes per weight, {gbps} GB/s, {gflops} GFLOP/s: the ridge is at B "
+                    f"= {want:g}, got {got:g} (with B sequences, {b} bytes of weight read serve 2B "
+                    "FLOP)",
+                )
+            )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 14
-COPIES = ["w.to(torch.bfloat16)", "w.to(torch.float32)", "w.T", "w.T.contiguous()", "w.contiguous()",
-          "w.reshape(24)", "w.T.reshape(24)", "w[1:3].reshape(12)", "w[:, :3].reshape(12)"]
+# --------------------------------------------------------------------------------------- chapter 14
+COPIES = [
+    "w.to(torch.bfloat16)",
+    "w.to(torch.float32)",
+    "w.T",
+    "w.T.contiguous()",
+    "w.contiguous()",
+    "w.reshape(24)",
+    "w.T.reshape(24)",
+    "w[1:3].reshape(12)",
+    "w[:, :3].reshape(12)",
+]
 
 
 @exercise("14.1")
 def check_ch14_copies(copies):
-    """copies() -> {expression: True when it copies the data of w, a contiguous bf16 [4, 6] tensor}."""
+    """copies() -> {expression: True when it copies the data of w, a contiguous bf16 [4, 6]
+    tensor}."""
     said = copies()
     w = torch.randn(4, 6).bfloat16()
     problems = []
@@ -706,25 +1036,33 @@ def check_ch14_copies(copies):
         t = eval(expr, {"torch": torch, "w": w})
         copied = t.untyped_storage().data_ptr() != w.untyped_storage().data_ptr()
         if bool(said[expr]) != copied:
-            why = {True: _t("它复制了：元素没法按原来的存储、只改步长来表示", "it copies: no strides over the old "
-                            "storage give its elements in this order"),
-                   False: _t("它不复制：dtype 已经对了，或者只改了形状和步长（一个视图）", "it does not copy: the dtype "
-                             "is already that, or only the shape and strides change (a view)")}[copied]
+            why = {
+                True: _t(
+                    "它复制了：元素没法按原来的存储、只改步长来表示",
+                    "it copies: no strides over the old storage give its elements in this order",
+                ),
+                False: _t(
+                    "它不复制：dtype 已经对了，或者只改了形状和步长（一个视图）",
+                    "it does not copy: the dtype is already that, or only the shape and strides "
+                    "change (a view)",
+                ),
+            }[copied]
             problems.append(f"{expr}: {why}")
     return problems
 
 
 @exercise("14.2")
 def check_ch14_join(join):
-    """join(weights) -> (w, names): one [sum of rows, in] weight, its rows in the order `names`; a view of the
-    storage when the tensors lie back to back in it, else a copy."""
+    """join(weights) -> (w, names): one [sum of rows, in] weight, its rows in the order `names`; a
+    view of the storage when the tensors lie back to back in it, else a copy."""
+
     def stored(order):
         """Tensors of 3 columns laid out back to back in one storage, in `order`."""
         rows = {"q": 2, "k": 3, "v": 1, "o": 2}
         buf = torch.arange(3.0 * sum(rows[n] for n in order)).view(-1, 3)
         out, at = {}, 0
         for n in order:
-            out[n] = buf[at:at + rows[n]]
+            out[n] = buf[at : at + rows[n]]
             at += rows[n]
         return buf, out
 
@@ -734,85 +1072,150 @@ def check_ch14_join(join):
     w, names = join({"k": t["k"], "v": t["v"], "q": t["q"]})
     names = list(names)
     if sorted(names) != ["k", "q", "v"]:
-        return [_t(f"names 应是这三个投影的名字，得到 {names}", f"names should name the three projections, got {names}")]
+        return [
+            _t(
+                f"names 应是这三个投影的名字，得到 {names}",
+                f"names should name the three projections, got {names}",
+            )
+        ]
     if not torch.equal(torch.as_tensor(w), torch.cat([t[n] for n in names])):
         return [_t("w 的行与 names 的顺序对不上", "the rows of w do not follow the order of names")]
     if names != ["q", "k", "v"]:
-        problems.append(_t(f"它们在存储里的顺序是 q、k、v，得到 {names}：名字或字典的顺序不是行在内存里的顺序",
-                           f"they lie in the storage as q, k, v, got {names}: neither the names' order nor the "
-                           "dict's is the order of the rows in memory"))
+        problems.append(
+            _t(
+                f"它们在存储里的顺序是 q、k、v，得到 {names}：名字或字典的顺序不是行在内存里的顺序",
+                f"they lie in the storage as q, k, v, got {names}: neither the names' order nor "
+                "the dict's is the order of the rows in memory",
+            )
+        )
     elif w.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr():
-        problems.append(_t("它们首尾相接：一个视图就够了，torch.cat 复制了一份",
-                           "they lie back to back: a view would do, torch.cat made a copy"))
+        problems.append(
+            _t(
+                "它们首尾相接：一个视图就够了，torch.cat 复制了一份",
+                "they lie back to back: a view would do, torch.cat made a copy",
+            )
+        )
     # 2. o lies between q and k: q, k, v are not back to back, so they have to be copied
     buf, t = stored(["q", "o", "k", "v"])
     w, names = join({"q": t["q"], "k": t["k"], "v": t["v"]})
     names = list(names)
-    if sorted(names) != ["k", "q", "v"] or not torch.equal(torch.as_tensor(w), torch.cat([t[n] for n in names])):
-        problems.append(_t("o 夹在 q 和 k 之间：一个覆盖它们的视图会把 o 的行也带进来，这时要复制",
-                           "o lies between q and k: a view over them would take o's rows too; copy them here"))
+    if sorted(names) != ["k", "q", "v"] or not torch.equal(
+        torch.as_tensor(w), torch.cat([t[n] for n in names])
+    ):
+        problems.append(
+            _t(
+                "o 夹在 q 和 k 之间：一个覆盖它们的视图会把 o 的行也带进来，这时要复制",
+                "o lies between q and k: a view over them would take o's rows too; copy them here",
+            )
+        )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 15
+# --------------------------------------------------------------------------------------- chapter 15
 @exercise("15.1")
 def check_ch15_grown_capacity(grown_capacity):
-    """grown_capacity(capacity, needed) -> the room after growing: `capacity` if `needed` fits, else room for
-    `needed` that grows geometrically (at least doubling), and not more than twice the larger of the two."""
+    """grown_capacity(capacity, needed) -> the room after growing: `capacity` if `needed` fits, else
+    room for `needed` that grows geometrically (at least doubling), and not more than twice the
+    larger of the two."""
     problems = []
-    for capacity, needed in ((256, 100), (256, 256), (256, 257), (256, 1000), (1, 1), (64, 4096), (16, 17)):
+    for capacity, needed in (
+        (256, 100),
+        (256, 256),
+        (256, 257),
+        (256, 1000),
+        (1, 1),
+        (64, 4096),
+        (16, 17),
+    ):
         got = int(grown_capacity(capacity, needed))
         if needed <= capacity:
             if got != capacity:
-                problems.append(_t(f"容量 {capacity}、需要 {needed}：放得下就不用长，应为 {capacity}，得到 {got}",
-                                   f"capacity {capacity}, {needed} needed: it fits, so keep {capacity}, got {got}"))
+                problems.append(
+                    _t(
+                        f"容量 {capacity}、需要 {needed}：放得下就不用长，应为 {capacity}，"
+                        f"得到 {got}",
+                        f"capacity {capacity}, {needed} needed: it fits, so keep {capacity}, "
+                        f"got {got}",
+                    )
+                )
         elif got < needed:
-            problems.append(_t(f"容量 {capacity}、需要 {needed}：得到 {got}，放不下",
-                               f"capacity {capacity}, {needed} needed: {got} does not hold them"))
+            problems.append(
+                _t(
+                    f"容量 {capacity}、需要 {needed}：得到 {got}，放不下",
+                    f"capacity {capacity}, {needed} needed: {got} does not hold them",
+                )
+            )
         elif got < 2 * capacity:
-            problems.append(_t(f"容量 {capacity}、需要 {needed}：得到 {got}，没有至少翻倍：一次一个词元时，几乎每个词元都要"
-                               "复制整个缓存",
-                               f"capacity {capacity}, {needed} needed: {got} is less than double: a token at a time, "
-                               "nearly every token would copy the whole cache"))
+            problems.append(
+                _t(
+                    f"容量 {capacity}、需要 {needed}：得到 {got}，没有至少翻倍：一次一个词元时，"
+                    "几乎每个词元都要复制整个缓存",
+                    f"capacity {capacity}, {needed} needed: {got} is less than double: a token at "
+                    "a time, nearly every token would copy the whole cache",
+                )
+            )
         elif got > 2 * max(capacity, needed):
-            problems.append(_t(f"容量 {capacity}、需要 {needed}：得到 {got}，留得太多了（超过两者中较大者的两倍）",
-                               f"capacity {capacity}, {needed} needed: {got} sets aside too much (over twice the "
-                               "larger of the two)"))
+            problems.append(
+                _t(
+                    f"容量 {capacity}、需要 {needed}：得到 {got}，"
+                    "留得太多了（超过两者中较大者的两倍）",
+                    f"capacity {capacity}, {needed} needed: {got} sets aside too much (over twice "
+                    "the larger of the two)",
+                )
+            )
     if problems:
         return problems
     room, grew = 16, 0
-    for n in range(1, 10_001):                          # one token at a time
+    for n in range(1, 10_001):  # one token at a time
         new = int(grown_capacity(room, n))
         grew, room = grew + (new != room), new
     if grew > 12:
-        problems.append(_t(f"一次一个词元到 10,000 个：长了 {grew} 次，每次都复制整个缓存",
-                           f"a token at a time up to 10,000: it grew {grew} times, each a copy of the whole cache"))
+        problems.append(
+            _t(
+                f"一次一个词元到 10,000 个：长了 {grew} 次，每次都复制整个缓存",
+                f"a token at a time up to 10,000: it grew {grew} times, each a copy of the whole "
+                "cache",
+            )
+        )
     return problems
 
 
 @exercise("15.2")
 def check_ch15_conv_state(conv_state):
-    """conv_state(window, k) -> the last k columns of window (along its last dim), in storage of their own."""
+    """conv_state(window, k) -> the last k columns of window (along its last dim), in storage of
+    their own."""
     gen = torch.Generator().manual_seed(3)
     problems = []
-    for shape, dtype in (((1, 192, 1003), torch.float32), ((1, 1, 1003), torch.float32),
-                         ((2, 8, 50), torch.bfloat16)):
+    for shape, dtype in (
+        ((1, 192, 1003), torch.float32),
+        ((1, 1, 1003), torch.float32),
+        ((2, 8, 50), torch.bfloat16),
+    ):
         window, k = torch.randn(shape, generator=gen).to(dtype), 3
         got = conv_state(window, k)
         if not isinstance(got, torch.Tensor) or not torch.equal(got, window[..., -k:]):
-            return [_t(f"{list(shape)}：应是窗口最后 {k} 列的值", f"{list(shape)}: want the values of the window's "
-                       f"last {k} columns")]
+            return [
+                _t(
+                    f"{list(shape)}：应是窗口最后 {k} 列的值",
+                    f"{list(shape)}: want the values of the window's last {k} columns",
+                )
+            ]
         held = got.untyped_storage().nbytes()
         if held != got.nbytes:
-            problems.append(_t(f"{list(shape)}：这 {got.nbytes:,} 字节让 {held:,} 字节的存储一直活着：切片是整个窗口的视图"
-                               "（.contiguous() 和 .to() 遇到已经连续、dtype 已对的张量时也不复制）",
-                               f"{list(shape)}: these {got.nbytes:,} bytes keep a storage of {held:,} bytes alive: a "
-                               "slice is a view of the whole window (and .contiguous() and .to() copy nothing when "
-                               "the tensor is contiguous already and of that dtype)"))
+            problems.append(
+                _t(
+                    f"{list(shape)}：这 {got.nbytes:,} 字节让 {held:,} 字节的存储一直活着："
+                    "切片是整个窗口的视图（.contiguous() 和 .to() 遇到已经连续、dtype "
+                    "已对的张量时也不复制）",
+                    f"{list(shape)}: these {got.nbytes:,} bytes keep a storage of {held:,} bytes "
+                    "alive: a slice is a view of the whole window (and .contiguous() and .to() "
+                    "copy nothing when the tensor is contiguous already and of that dtype)",
+                )
+            )
     return problems
 
 
-# ------------------------------------------------------------------------------------------- chapter 16
+# --------------------------------------------------------------------------------------- chapter 16
 @exercise("16.1")
 def check_ch16_quantize(quantize):
     """quantize(w) -> (q: int8 [rows, cols], scale: [rows]) with w ≈ q * scale[:, None]."""
@@ -821,52 +1224,86 @@ def check_ch16_quantize(quantize):
     q, scale = quantize(w)
     q, scale = torch.as_tensor(q), torch.as_tensor(scale)
     if q.dtype != torch.int8 or q.shape != w.shape:
-        return [_t(f"q 应是 int8、形状 {list(w.shape)}", f"q should be int8 with shape {list(w.shape)}")]
+        return [
+            _t(f"q 应是 int8、形状 {list(w.shape)}", f"q should be int8 with shape {list(w.shape)}")
+        ]
     if scale.shape != (w.shape[0],):
         return [_t("每个输出通道（每行）一个尺度", "one scale per output channel (per row)")]
     err = (q.float() * scale[:, None].float() - w).abs().amax(1)
     bound = w.abs().amax(1) / 127 / 2 * 1.001 + 1e-12
     if (err > bound).any():
-        return [_t(f"误差超过半格：第 {int((err > bound).nonzero()[0])} 行",
-                   f"error above half a step in row {int((err > bound).nonzero()[0])}")]
+        return [
+            _t(
+                f"误差超过半格：第 {int((err > bound).nonzero()[0])} 行",
+                f"error above half a step in row {int((err > bound).nonzero()[0])}",
+            )
+        ]
     return []
 
 
 @exercise("16.2")
 def check_ch16_head_saving(head_saving):
-    """head_saving(params, head, bytes_before, bytes_after) -> the share of a decode step's bytes saved by
-    storing only the head (the tied table, read whole once per step) in fewer bytes."""
+    """head_saving(params, head, bytes_before, bytes_after) -> the share of a decode step's bytes
+    saved by storing only the head (the tied table, read whole once per step) in fewer bytes."""
     problems = []
-    for params, head, b0, b1 in ((752_393_024, 254_279_680, 2, 1), (752_393_024, 254_279_680, 2, 0.625),
-                                 (8_000_000, 6_000_000, 2, 1), (1000, 100, 4, 1)):
+    for params, head, b0, b1 in (
+        (752_393_024, 254_279_680, 2, 1),
+        (752_393_024, 254_279_680, 2, 0.625),
+        (8_000_000, 6_000_000, 2, 1),
+        (1000, 100, 4, 1),
+    ):
         want = head * (b0 - b1) / (params * b0)
         got = float(head_saving(params, head, b0, b1))
         if not math.isclose(got, want, rel_tol=1e-6):
-            problems.append(_t(f"{params:,} 个权重、输出头 {head:,}、每个从 {b0} 字节变成 {b1}：应省下 {want:.1%}，"
-                               f"得到 {got:.1%}（省下的是输出头字节的一部分，分母是原来读的全部字节；嵌入查表只读几行）",
-                               f"{params:,} weights, a head of {head:,}, {b0} bytes each down to {b1}: want {want:.1%} "
-                               f"saved, got {got:.1%} (a part of the head's bytes is saved, out of all the bytes read "
-                               "before; the embedding lookup reads a few rows)"))
+            problems.append(
+                _t(
+                    f"{params:,} 个权重、输出头 {head:,}、每个从 {b0} 字节变成 {b1}："
+                    f"应省下 {want:.1%}，得到 {got:.1%}（省下的是输出头字节的一部分，"
+                    "分母是原来读的全部字节；嵌入查表只读几行）",
+                    f"{params:,} weights, a head of {head:,}, {b0} bytes each down to {b1}: "
+                    f"want {want:.1%} saved, got {got:.1%} (a part of the head's bytes is saved, "
+                    "out of all the bytes read before; the embedding lookup reads a few rows)",
+                )
+            )
     return problems
 
 
 @exercise("16.3")
 def check_ch16_round_activations(round_activations):
-    """round_activations(x) -> (u, step, zero): x ≈ step * (u - zero), u whole numbers in [0, 127]."""
+    """round_activations(x) -> (u, step, zero): x ≈ step * (u - zero), u whole numbers in [0,
+    127]."""
     gen = torch.Generator().manual_seed(2)
-    for x in (torch.randn(64, generator=gen), torch.rand(64, generator=gen) * 5,
-              -torch.rand(64, generator=gen) * 0.01, torch.randn(64, generator=gen) * 100):
+    for x in (
+        torch.randn(64, generator=gen),
+        torch.rand(64, generator=gen) * 5,
+        -torch.rand(64, generator=gen) * 0.01,
+        torch.randn(64, generator=gen) * 100,
+    ):
         u, step, zero = (torch.as_tensor(t).double() for t in round_activations(x))
         if u.shape != x.shape or (u != u.round()).any() or u.min() < 0 or u.max() > 127:
-            return [_t("u 应与 x 同形状，取 0 到 127 的整数", "u should have x's shape, whole numbers from 0 to 127")]
+            return [
+                _t(
+                    "u 应与 x 同形状，取 0 到 127 的整数",
+                    "u should have x's shape, whole numbers from 0 to 127",
+                )
+            ]
         if zero != zero.round():
-            return [_t("零点要是整数：这样 0 正好能表示出来", "the zero point must be a whole number, so that 0 is exact")]
+            return [
+                _t(
+                    "零点要是整数：这样 0 正好能表示出来",
+                    "the zero point must be a whole number, so that 0 is exact",
+                )
+            ]
         want = (x.max().clamp(min=0) - x.min().clamp(max=0)).double() / 127
         if not _close(step, want, rtol=1e-3, atol=0):
-            return [_t("步长是 (max(x, 0) - min(x, 0)) / 127：128 级（127 个台阶）覆盖包含 0 的范围",
-                       "the step is (max(x, 0) - min(x, 0)) / 127: 128 levels (127 steps) over a range that holds 0")]
+            return [
+                _t(
+                    "步长是 (max(x, 0) - min(x, 0)) / 127：128 级（127 个台阶）覆盖包含 0 的范围",
+                    "the step is (max(x, 0) - min(x, 0)) / 127: 128 levels (127 steps) over a "
+                    "range that holds 0",
+                )
+            ]
         err = (step * (u - zero) - x.double()).abs().max()
         if err > step / 2 * 1.001:
             return [_t("有的值差了不止半个步长", "some values are off by more than half a step")]
     return []
-

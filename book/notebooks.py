@@ -1,14 +1,16 @@
 """Every chapter page as a Jupyter notebook, in both editions: python -m book.notebooks [--check]
 
-Each page of docs/<lang>/ with `chapter:` in its front matter becomes notebooks/<lang>/<page>.ipynb: its prose as
-markdown cells, its ```python blocks (after snippet expansion) as code cells, its ```bash blocks as %%bash cells, the
-stored output of {{ output(..) }} as the output of the cell that runs the script, and a first cell that finds the
-book's repository (or clones and installs it, as in Colab) and the weights (else the tiny test model). The notebooks
-are committed, so a chapter page can offer a download and an "open in Colab" link; `--check` fails when one is stale.
+Each page of docs/<lang>/ with `chapter:` in its front matter becomes notebooks/<lang>/<page>.ipynb:
+its prose as markdown cells, its ```python blocks (after snippet expansion) as code cells, its
+```bash blocks as %%bash cells, the stored output of {{ output(..) }} as the output of the cell that
+runs the script, and a first cell that finds the book's repository (or clones and installs it, as in
+Colab) and the weights (else the tiny test model). The notebooks are committed, so a chapter page
+can offer a download and an "open in Colab" link; `--check` fails when one is stale.
 
-Also an mkdocs hook (registered in mkdocs.yml): it gives each chapter page those two links and copies the notebooks
-into the built site.
+Also an mkdocs hook (registered in mkdocs.yml): it gives each chapter page those two links and
+copies the notebooks into the built site.
 """
+
 import argparse
 import re
 import shutil
@@ -22,7 +24,7 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:                   # mkdocs loads this file by path
+if str(ROOT) not in sys.path:  # mkdocs loads this file by path
     sys.path.insert(0, str(ROOT))
 
 from book import hooks  # noqa: E402
@@ -31,31 +33,37 @@ DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = ("zh", "en")
 FENCE = re.compile(r"^(\s*)(```+)\s*([\w-]*)")
-BLOCK = re.compile(r'^(\s*)(!!!|\?\?\?\+?|===)\s*(\w*)\s*(?:"(.*)")?\s*$')   # admonitions, details, tabs
-HIDE, SHOW = "\x00hide", "\x00show"          # around a collapsed block's body: its code cells start hidden
+# admonitions, details, tabs
+BLOCK = re.compile(r'^(\s*)(!!!|\?\?\?\+?|===)\s*(\w*)\s*(?:"(.*)")?\s*$')
+HIDE, SHOW = "\x00hide", "\x00show"  # around a collapsed block's body: its code cells start hidden
 SKIP = re.compile(r"^\s*<!--\s*pytest\.mark\.skip(?:\(reason=\"(.*)\"\))?\s*-->\s*$")
 COMMENT = re.compile(r"^\s*<!--\s*pytest-codeblocks:[\w-]+\s*-->\s*$")
-RUN = re.compile(r"^python (scripts/\w+\.py)$")              # a block that only runs one script
-SCRIPTS = {p.relative_to(ROOT).as_posix(): p.read_text().strip() for p in sorted((ROOT / "scripts").glob("*.py"))}
+RUN = re.compile(r"^python (scripts/\w+\.py)$")  # a block that only runs one script
+SCRIPTS = {
+    p.relative_to(ROOT).as_posix(): p.read_text().strip()
+    for p in sorted((ROOT / "scripts").glob("*.py"))
+}
 OUTPUT = re.compile(r"^\s*\{\{\s*output\((.*?)\)\s*\}\}\s*$")
 FIGURE = re.compile(r"\]\((?:\.\./)*figures/")
 
 TEXT = {
     "zh": {
-        "intro": "> 本笔记本由本书第 {chapter} 章的页面生成：[在线阅读]({page}) · [在 Colab 中打开]({colab})。"
-                 "先运行第一个代码单元：它找到本书的代码仓库（不在仓库里时，比如在 Colab 中，就克隆并安装它），"
-                 "再找官方权重，找不到就用微型测试模型。",
+        "intro": "> 本笔记本由本书第 {chapter} 章的页面生成："
+        "[在线阅读]({page}) · [在 Colab 中打开]({colab})。"
+        "先运行第一个代码单元：它找到本书的代码仓库（不在仓库里时，比如在 Colab 中，"
+        "就克隆并安装它），再找官方权重，找不到就用微型测试模型。",
         "skipped": "（这个命令在这里不运行：{reason}）",
     },
     "en": {
-        "intro": "> This notebook is generated from chapter {chapter} of the book: [read it online]({page}) · "
-                 "[open in Colab]({colab}). Run the first code cell first: it finds the book's repository (outside "
-                 "it, as in Colab, it clones and installs it), then the official weights, or else the tiny test model.",
+        "intro": "> This notebook is generated from chapter {chapter} of the book: "
+        "[read it online]({page}) · [open in Colab]({colab}). Run the first code cell first: "
+        "it finds the book's repository (outside it, as in Colab, it clones and installs it), "
+        "then the official weights, or else the tiny test model.",
         "skipped": "(This command does not run here: {reason}.)",
     },
 }
 
-SETUP = '''\
+SETUP = """\
 # Setup: find the book's repository (in Colab: clone and install it), then the weights.
 import os
 import subprocess
@@ -88,13 +96,18 @@ except ModelNotFound:                             # download them with chapter 1
     os.environ["QWEN_MODEL"] = str(tiny.path())
     print("no official weights found: using the tiny test model (random weights):",
           os.environ["QWEN_MODEL"])
-'''
+"""
 
 
-# ------------------------------------------------------------------------------------------------ the pages
+# ---------------------------------------------------------------------------------------- the pages
 def chapter_pages():
     """[(lang, page file name)] for every chapter page, both editions."""
-    return [(lang, name) for lang in LANGS for name, meta in hooks.chapters().items() if "chapter" in meta]
+    return [
+        (lang, name)
+        for lang in LANGS
+        for name, meta in hooks.chapters().items()
+        if "chapter" in meta
+    ]
 
 
 def notebook_path(lang, name):
@@ -118,13 +131,16 @@ def colab_url(lang, name):
 
 def page_url(lang, name):
     site = _repo()[3]
-    return f"{site}{'' if lang == 'zh' else lang + '/'}{PurePosixPath(name).with_suffix('').as_posix()}/"
+    return (
+        f"{site}{'' if lang == 'zh' else lang + '/'}"
+        f"{PurePosixPath(name).with_suffix('').as_posix()}/"
+    )
 
 
-# ------------------------------------------------------------------------------------------------ markdown -> cells
+# -------------------------------------------------------------------------------- markdown -> cells
 def flatten(lines):
-    """Admonitions, collapsed blocks and tabs opened up: a quote when they hold only prose, else a bold title and
-    their body dedented (so that the code inside becomes cells)."""
+    """Admonitions, collapsed blocks and tabs opened up: a quote when they hold only prose, else a
+    bold title and their body dedented (so that the code inside becomes cells)."""
     out, i = [], 0
     while i < len(lines):
         m = BLOCK.match(lines[i])
@@ -135,18 +151,24 @@ def flatten(lines):
         indent = len(m.group(1))
         body, i = [], i + 1
         while i < len(lines) and (not lines[i].strip() or lines[i].startswith(" " * (indent + 4))):
-            body.append(lines[i][indent + 4:] if lines[i].strip() else "")
+            body.append(lines[i][indent + 4 :] if lines[i].strip() else "")
             i += 1
         while body and not body[-1]:
             body.pop()
         title = m.group(4) if m.group(4) is not None else m.group(3).capitalize()
         pad = " " * indent
         if any(FENCE.match(line) for line in body):
-            hide = m.group(2) == "???"                  # collapsed on the page (a solution): hidden in the notebook
-            out += ([pad + f"**{title}**", ""] if title else []) + ([HIDE] if hide else []) \
-                + [pad + x if x else "" for x in flatten(body)] + ([SHOW] if hide else [])
+            hide = m.group(2) == "???"  # collapsed on the page (a solution): hidden in the notebook
+            out += (
+                ([pad + f"**{title}**", ""] if title else [])
+                + ([HIDE] if hide else [])
+                + [pad + x if x else "" for x in flatten(body)]
+                + ([SHOW] if hide else [])
+            )
         else:
-            out += ([pad + f"> **{title}**", pad + ">"] if title else []) + [pad + "> " + x for x in flatten(body)]
+            out += ([pad + f"> **{title}**", pad + ">"] if title else []) + [
+                pad + "> " + x for x in flatten(body)
+            ]
         out.append("")
     return out
 
@@ -156,7 +178,7 @@ class Builder:
 
     def __init__(self):
         self.cells, self.text, self.hidden = [], [], False
-        self.scripts = {}           # "scripts/chNN_x.py": the code cell that holds that whole script
+        self.scripts = {}  # "scripts/chNN_x.py": the code cell that holds that whole script
 
     def flush(self):
         text = "\n".join(self.text).strip("\n")
@@ -167,22 +189,28 @@ class Builder:
     def code(self, source):
         self.flush()
         self.cells.append(nbformat.v4.new_code_cell(source.strip("\n")))
-        if self.hidden:                                 # JupyterLab shows a "..." the reader clicks to open
+        if self.hidden:  # JupyterLab shows a "..." the reader clicks to open
             self.cells[-1].metadata["jupyter"] = {"source_hidden": True}
 
 
 def _macro(page, lang, line, m):
     """One macro as the page shows it (book/hooks.py), figures linked from the published site."""
-    args = (page, lang, m, hooks.in_span(line, m.start())) if hasattr(hooks, "in_span") else (page, lang, m)
+    args = (
+        (page, lang, m, hooks.in_span(line, m.start()))
+        if hasattr(hooks, "in_span")
+        else (page, lang, m)
+    )
     text = hooks._macro(*args)
     return FIGURE.sub(lambda f: f"]({_repo()[3]}figures/", text) if m.group(1) == "figure" else text
 
 
 def expand_macros(page, lang, lines):
-    """The page's lines with its macros expanded outside code, as the site does; {{ output }} lines are kept."""
+    """The page's lines with its macros expanded outside code, as the site does; {{ output }} lines
+    are kept."""
     if hasattr(hooks, "conditional_blocks"):
         lines = hooks.conditional_blocks(lines, page)
-    if lang == "zh" and hasattr(hooks, "join_cjk_lines"):     # a break between Chinese characters is no space
+    # a break between Chinese characters is no space
+    if lang == "zh" and hasattr(hooks, "join_cjk_lines"):
         lines = hooks.join_cjk_lines(lines)
     out, in_code = [], False
     for line in lines:
@@ -191,13 +219,15 @@ def expand_macros(page, lang, lines):
         if in_code or OUTPUT.match(line):
             out.append(line)
         else:
-            out += hooks.MACRO.sub(lambda m: _macro(page, lang, line, m), line).split("\n")
+            expanded = hooks.MACRO.sub(lambda m, line=line: _macro(page, lang, line, m), line)
+            out += expanded.split("\n")
     return out
 
 
 def _output(b, page, lang, line):
-    """The stored output as the output of the cell that holds the script (or of the code cell just before, when
-    nothing comes between), then what the page says about where it comes from; with no such cell, all as text."""
+    """The stored output as the output of the cell that holds the script (or of the code cell just
+    before, when nothing comes between), then what the page says about where it comes from; with no
+    such cell, all as text."""
     m = hooks.MACRO.search(line)
     name = m.group(2).strip().strip("'\"")
     p = hooks._provenance(name)
@@ -208,12 +238,13 @@ def _output(b, page, lang, line):
     shown = hooks.output_block(text, p, lang) if hasattr(hooks, "output_block") else None
     if last is not None and last.cell_type == "code" and shown and block.startswith(shown):
         last.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-        block = block[len(shown):]
+        block = block[len(shown) :]
     return block.split("\n")
 
 
 def build(lang, name, expanded):
-    """The notebook of one chapter page; `expanded` is the page's Markdown with its snippets expanded."""
+    """The notebook of one chapter page; `expanded` is the page's Markdown with its snippets
+    expanded."""
     front, body = expanded.split("---\n", 2)[1:] if expanded.startswith("---\n") else ("", expanded)
     meta = yaml.safe_load(front) or {}
     page = SimpleNamespace(file=SimpleNamespace(src_uri=f"{lang}/{name}"), meta=meta)
@@ -226,8 +257,8 @@ def build(lang, name, expanded):
             b.hidden = line == HIDE
             i += 1
             continue
-        if OUTPUT.match(line):                         # its text may hold fences and admonitions: open them up
-            lines[i:i + 1] = flatten(_output(b, page, lang, line))
+        if OUTPUT.match(line):  # its text may hold fences and admonitions: open them up
+            lines[i : i + 1] = flatten(_output(b, page, lang, line))
             continue
         fence = FENCE.match(line)
         if fence:
@@ -244,7 +275,8 @@ def build(lang, name, expanded):
                 script = next((s for s in SCRIPTS if SCRIPTS[s] == source.strip()), None)
                 if script:
                     b.scripts[script] = b.cells[-1]
-            elif run and run.group(1) in b.scripts:       # the script's own cell above runs it in this notebook
+            # the script's own cell above runs it in this notebook
+            elif run and run.group(1) in b.scripts:
                 b.text += [f"```{lang_tag}", source, "```"]
             elif lang_tag in ("bash", "sh") and skip is None:
                 b.code("%%bash\n" + source)
@@ -261,18 +293,27 @@ def build(lang, name, expanded):
         if COMMENT.match(line):
             continue
         b.text.append(line)
-        if not intro and line.startswith("# "):       # right under the title: where it comes from, and Colab
-            b.text += ["", TEXT[lang]["intro"].format(chapter=meta["chapter"], page=page_url(lang, name),
-                                                      colab=colab_url(lang, name))]
+        # right under the title: where it comes from, and Colab
+        if not intro and line.startswith("# "):
+            b.text += [
+                "",
+                TEXT[lang]["intro"].format(
+                    chapter=meta["chapter"], page=page_url(lang, name), colab=colab_url(lang, name)
+                ),
+            ]
             b.flush()
             b.code(SETUP.format(name=repo_name, repo=repo))
             intro = True
     b.flush()
     for n, cell in enumerate(b.cells):
-        cell.id = f"cell-{n:03d}"                     # stable ids: regenerating changes no byte
-    nb = nbformat.v4.new_notebook(cells=b.cells, metadata={
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}})
+        cell.id = f"cell-{n:03d}"  # stable ids: regenerating changes no byte
+    nb = nbformat.v4.new_notebook(
+        cells=b.cells,
+        metadata={
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+    )
     nbformat.validate(nb)
     return nb
 
@@ -280,22 +321,33 @@ def build(lang, name, expanded):
 def build_all():
     """{notebook path: its text} for every chapter page of both editions."""
     from book import codeblocks
+
     with tempfile.TemporaryDirectory(prefix="notebooks-") as tmp:
         codeblocks.expand(DOCS, Path(tmp))
-        return {notebook_path(lang, name): nbformat.writes(build(lang, name, (Path(tmp) / lang / name).read_text()))
-                + "\n" for lang, name in chapter_pages()}
+        return {
+            notebook_path(lang, name): nbformat.writes(
+                build(lang, name, (Path(tmp) / lang / name).read_text())
+            )
+            + "\n"
+            for lang, name in chapter_pages()
+        }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if a stored notebook differs; write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if a stored notebook differs; write nothing"
+    )
     args = parser.parse_args(argv)
     wanted = build_all()
     stale = [p for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
     extra = sorted(set(NOTEBOOKS.glob("*/*.ipynb")) - set(wanted))
     if args.check:
         for p in stale + extra:
-            print(f"{p.relative_to(ROOT)}: {'not generated by' if p in extra else 'out of date with'} its page")
+            print(
+                f"{p.relative_to(ROOT)}: "
+                f"{'not generated by' if p in extra else 'out of date with'} its page"
+            )
         if stale or extra:
             print("run `python -m book.notebooks` to regenerate them")
         return 1 if stale or extra else 0
@@ -304,21 +356,29 @@ def main(argv=None):
         print(f"{p.relative_to(ROOT)}: removed (no such chapter page)")
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=p.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+        with tempfile.NamedTemporaryFile(
+            "w", dir=p.parent, suffix=".tmp", delete=False, encoding="utf-8"
+        ) as f:
             f.write(wanted[p])
         Path(f.name).chmod(0o644)
         Path(f.name).replace(p)
         print(f"{p.relative_to(ROOT)}: written")
-    print(f"{len(wanted)} notebooks, {len(stale)} written, {len(wanted) - len(stale)} already current")
+    print(
+        f"{len(wanted)} notebooks, {len(stale)} written, {len(wanted) - len(stale)} already current"
+    )
     return 0
 
 
-# ------------------------------------------------------------------------------------------------ mkdocs hooks
+# ------------------------------------------------------------------------------------- mkdocs hooks
 def on_page_markdown(markdown, page, config, files):
-    """A chapter page gets its notebook's download button (overrides/main.html) and an "open in Colab" link."""
+    """A chapter page gets its notebook's download button (overrides/main.html) and an "open in
+    Colab" link."""
     lang = hooks._lang(page)
-    name = PurePosixPath(page.file.src_uri).relative_to(lang).as_posix() if page.file.src_uri.startswith(lang + "/") \
+    name = (
+        PurePosixPath(page.file.src_uri).relative_to(lang).as_posix()
+        if page.file.src_uri.startswith(lang + "/")
         else page.file.src_uri
+    )
     if "chapter" in page.meta and notebook_path(lang, name).is_file():
         base = urlsplit(config.site_url or "/").path.rstrip("/")
         page.nb_url = f"{base}/{notebook_path(lang, name).relative_to(ROOT).as_posix()}"

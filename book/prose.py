@@ -1,19 +1,24 @@
-"""Numbers typed in the prose that a run recorded: they should be bound with {{ value(...) }} instead.
+"""Numbers typed in the prose that a run recorded: they should be bound with {{ value(...) }}
+instead.
 
     python -m book.prose            # list them, page by page; exit 1 if there are any
 
-A number in a page's prose (math included; code, macros, link targets, chapter and exercise numbers excluded) is
-flagged when it equals a value recorded by one of the outputs the page shows ({{ runs }}, {{ output }},
-{{ value }}, {{ figure }}). Typed, it would stay behind when the output changes (another model, the official
-weights); bound, it cannot disagree with the output. Two kinds of typed numbers are checked:
+A number in a page's prose (math included; code, macros, link targets, chapter and exercise numbers
+excluded) is flagged when it equals a value recorded by one of the outputs the page shows
+({{ runs }}, {{ output }}, {{ value }}, {{ figure }}). Typed, it would stay behind when the output
+changes (another model, the official weights); bound, it cannot disagree with the output. Two kinds
+of typed numbers are checked:
 
-- anywhere on the page, a distinctive number (a decimal, or an integer of 1,000 or more) that a run recorded,
-  unless it is a value of the official config.json (head_dim 256, eos id 248044: facts of the checkpoint);
-- anywhere, a rounding-error size typed in e-notation with decimals (2.98e-07, not a tolerance like 1e-4): those
-  come from a run (`parity`) and depend on the CPU, so they are always bound;
-- in the part that reads the output (from {{ output }} to the second heading after it), any number from 3 up that a
-  run recorded: there a typed "8 layers" is the tiny model's 8 and would be wrong for the official weights.
+- anywhere on the page, a distinctive number (a decimal, or an integer of 1,000 or more) that a run
+  recorded, unless it is a value of the official config.json (head_dim 256, eos id 248044: facts of
+  the checkpoint);
+- anywhere, a rounding-error size typed in e-notation with decimals (2.98e-07, not a tolerance like
+  1e-4): those come from a run (`parity`) and depend on the CPU, so they are always bound;
+- in the part that reads the output (from {{ output }} to the second heading after it), any number
+  from 3 up that a run recorded: there a typed "8 layers" is the tiny model's 8 and would be wrong
+  for the official weights.
 """
+
 import json
 import re
 import sys
@@ -25,20 +30,23 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MACRO = re.compile(r"\{\{\s*(\w+)(?:\((.*?)\))?\s*\}\}")
 COMMON = {0.0, 1.0, 2.0}
-NOT_A_RESULT = [                                     # numbers that name things rather than measure them
-    re.compile(r"(?:chapters?|Chapters?|ch\.?|Stage|stage|Exercise|exercise|part|Part|lesson)\s+\d+(?:\s*(?:-|–|and|,)\s*\d+)*"),
+NOT_A_RESULT = [  # numbers that name things rather than measure them
+    re.compile(
+        r"(?:chapters?|Chapters?|ch\.?|Stage|stage|Exercise|exercise|part|Part|lesson)\s+\d+(?:\s*(?:-|–|and|,)\s*\d+)*"
+    ),
     re.compile(r"第\s*\d+(?:\s*[-–、]\s*\d+)*\s*[章节部课段]"),
     re.compile(r"[练作]习\s*\d+"),
-    re.compile(r"\]\([^)]*\)"),                      # link targets
-    re.compile(r"<[^>]+>"),                          # html tags and their attributes
+    re.compile(r"\]\([^)]*\)"),  # link targets
+    re.compile(r"<[^>]+>"),  # html tags and their attributes
     re.compile(r"^\s*#+\s*\d+(?:\.\d+)*\.?", re.M),  # heading numbers
-    re.compile(r"^\s*\d+\.\s", re.M),                # list numbering
+    re.compile(r"^\s*\d+\.\s", re.M),  # list numbering
 ]
 
 
 def shown(markdown):
-    """The page as its readers see it now: lines of {{ tiny }} / {{ official }} blocks that the current outputs
-    hide are blanked (book/hooks.py decides which), so line numbers stay those of the page."""
+    """The page as its readers see it now: lines of {{ tiny }} / {{ official }} blocks that the
+    current outputs hide are blanked (book/hooks.py decides which), so line numbers stay those of
+    the page."""
     from book.hooks import BLOCK, END, is_tiny
 
     out, keep = [], True
@@ -47,7 +55,9 @@ def shown(markdown):
         if m:
             path = DOCS / "outputs" / f"{m.group(2).strip().strip(chr(39) + chr(34))}.json"
             p = json.loads(path.read_text()) if path.is_file() else {"model": "tiny test model"}
-            keep = is_tiny(p) if m.group(1) == "tiny" else bool(p.get("official")) and not is_tiny(p)
+            keep = (
+                is_tiny(p) if m.group(1) == "tiny" else bool(p.get("official")) and not is_tiny(p)
+            )
             out.append("")
         elif END.match(line):
             keep = True
@@ -58,10 +68,15 @@ def shown(markdown):
 
 
 def prose(markdown):
-    """The page without front matter, code blocks, code spans and macros: what is typed as text and math."""
+    """The page without front matter, code blocks, code spans and macros: what is typed as text and
+    math."""
     if markdown.startswith("---\n"):
-        markdown = "\n" * markdown.split("---\n", 2)[1].count("\n") + "\n\n" + markdown.split("---\n", 2)[2]
-    blank = lambda m: "\n" * m.group(0).count("\n")         # keep the line numbers of the page
+        markdown = (
+            "\n" * markdown.split("---\n", 2)[1].count("\n")
+            + "\n\n"
+            + markdown.split("---\n", 2)[2]
+        )
+    blank = lambda m: "\n" * m.group(0).count("\n")  # keep the line numbers of the page
     markdown = re.sub(r"^(\s*)(`{3,}|~{3,}).*?^\1\2\s*$", blank, markdown, flags=re.S | re.M)
     markdown = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown)
     markdown = MACRO.sub(lambda m: " " + blank(m), markdown)
@@ -71,7 +86,8 @@ def prose(markdown):
 
 
 def outputs_of(markdown):
-    """The outputs a page shows: every script named by its macros, and the scripts behind its figures."""
+    """The outputs a page shows: every script named by its macros, and the scripts behind its
+    figures."""
     names = set()
     for m in MACRO.finditer(markdown):
         if m.group(1) in ("runs", "output", "value", "tiny", "official") and m.group(2):
@@ -81,7 +97,7 @@ def outputs_of(markdown):
             for path in (DOCS / "outputs").glob("*.json"):
                 if fig in json.loads(path.read_text()).get("figures", []):
                     names.add(path.stem)
-    return sorted(names | {"parity"})            # the parity figures may be quoted on any page
+    return sorted(names | {"parity"})  # the parity figures may be quoted on any page
 
 
 def _as_number(value):
@@ -109,7 +125,8 @@ def recorded(names):
 
 
 def official_config_numbers():
-    """Every number in the official config.json: typed, they are facts of the checkpoint, not of a run."""
+    """Every number in the official config.json: typed, they are facts of the checkpoint, not of a
+    run."""
     found = set()
 
     def walk(x):
@@ -127,7 +144,8 @@ def official_config_numbers():
 
 
 def reading_part(lines):
-    """(first, last) line index of the part that reads the output: {{ output }} to the second heading after it."""
+    """(first, last) line index of the part that reads the output: {{ output }} to the second
+    heading after it."""
     start = next((i for i, line in enumerate(lines) if "{{ output(" in line), None)
     if start is None:
         return (0, -1)
@@ -143,11 +161,13 @@ def typed_numbers(page):
     lines = text.split("\n")
     first, last = reading_part(lines)
     hits = []
-    for n, line in enumerate(prose(text).split("\n")):   # prose() keeps line breaks: the page's line numbers
+    # prose() keeps line breaks: the page's line numbers
+    for n, line in enumerate(prose(text).split("\n")):
         for m in NUMBER.finditer(line):
             token = m.group(0)
             v = float(token.replace(",", ""))
-            if re.search(r"\d\.\d+[eE]-", token) and abs(v) < 1e-3:      # 2.98e-07; a tolerance 1e-4 is typed
+            # 2.98e-07; a tolerance 1e-4 is typed
+            if re.search(r"\d\.\d+[eE]-", token) and abs(v) < 1e-3:
                 hits.append((n + 1, token, values.get(v, ["parity.<the comparison>"])))
                 continue
             if v not in values:
@@ -167,8 +187,11 @@ def main():
     for page in pages():
         for line, number, keys in typed_numbers(page):
             total += 1
-            print(f"{page.relative_to(ROOT)}: ~line {line}: {number} is recorded as {', '.join(keys)}: "
-                  f"use {{{{ value(\"{keys[0].split('.')[0]}\", \"{keys[0].split('.', 1)[1]}\") }}}}")
+            print(
+                f"{page.relative_to(ROOT)}: ~line {line}: {number} is recorded "
+                f"as {', '.join(keys)}: "
+                f'use {{{{ value("{keys[0].split(".")[0]}", "{keys[0].split(".", 1)[1]}") }}}}'
+            )
     print(f"{total} typed number(s) that a run recorded")
     return 1 if total else 0
 

@@ -1,21 +1,27 @@
-"""Regenerate every chapter's printed output and figures, with provenance; `--check` compares without writing.
+"""Regenerate every chapter's printed output and figures, with provenance; `--check` compares
+without writing.
 
-    python -m book.regen                 # run every scripts/chNN_*.py, write docs/outputs/ and docs/figures/
+    python -m book.regen                 # run every scripts/chNN_*.py, write docs/outputs/ and
+                                         # docs/figures/
     python -m book.regen --check         # run them again, fail on any difference, write nothing
     python -m book.regen ch02_embedding  # only some scripts
     python -m book.regen --retime        # also refresh the measured times (which a plain run keeps)
     python -m book.regen --timeout 120   # stop a script that runs longer (seconds; default 600)
 
-What counts as a difference is written in book/compare.py: words, labels and numbers to their printed precision,
-figures by their texts and plotted data, never the last bits of a float, so `--check` passes on any CPU. A run
-whose outputs are the same by that measure keeps the committed files byte for byte.
+What counts as a difference is written in book/compare.py: words, labels and numbers to their
+printed precision, figures by their texts and plotted data, never the last bits of a float, so
+`--check` passes on any CPU. A run whose outputs are the same by that measure keeps the committed
+files byte for byte.
 
-The files of one script (its text, provenance, figures) are replaced together: they are staged beside their
-targets and a journal lists the renames; an interrupted run leaves the journal, and the next run finishes it.
+The files of one script (its text, provenance, figures) are replaced together: they are staged
+beside their targets and a journal lists the renames; an interrupted run leaves the journal, and the
+next run finishes it.
 
-With the official weights found (see qwen.weights.find_model) the scripts run on them; without, on the tiny test
-model, and the outputs say so. An output made with the official weights is never overwritten by a tiny-model run.
+With the official weights found (see qwen.weights.find_model) the scripts run on them; without, on
+the tiny test model, and the outputs say so. An output made with the official weights is never
+overwritten by a tiny-model run.
 """
+
 import argparse
 import hashlib
 import json
@@ -40,13 +46,17 @@ SCRIPTS = ROOT / "scripts"
 OUTPUTS = ROOT / "docs" / "outputs"
 FIGURES = ROOT / "docs" / "figures"
 TINY = "tiny test model"
-THREADS = 1          # fixed so that results (and reductions inside matmuls) are the same on every run
-TIMEOUT = 600        # seconds a script may run before it is stopped
-EXTRA = {"diagrams": ROOT / "book" / "diagrams.py",      # figures drawn from the official config, not from a run
-         "parity": ROOT / "tests" / "parity_report.py"}   # the differences to transformers the tests measure
+THREADS = 1  # fixed so that results (and reductions inside matmuls) are the same on every run
+TIMEOUT = 600  # seconds a script may run before it is stopped
+EXTRA = {
+    # figures drawn from the official config, not from a run
+    "diagrams": ROOT / "book" / "diagrams.py",
+    # the differences to transformers the tests measure
+    "parity": ROOT / "tests" / "parity_report.py",
+}
 REFERENCE = "tiny random reference models (tests/reference.py)"
 CONFIG = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"
-JOURNAL = ".regen-journal-{}.json"                      # in docs/outputs while a script's files are being replaced
+JOURNAL = ".regen-journal-{}.json"  # in docs/outputs while a script's files are being replaced
 TEMP_SUFFIX = ".regen-tmp"
 MACHINE_FIELDS = ("seconds", "device", "torch", "python")  # describe the run, not the result
 
@@ -56,7 +66,9 @@ def chapter_scripts(names=()):
     found += [n for n, p in EXTRA.items() if p.is_file()]
     unknown = [n for n in names if n not in found]
     if unknown:
-        raise SystemExit(f"no such chapter script: {', '.join(unknown)} (known: {', '.join(found)})")
+        raise SystemExit(
+            f"no such chapter script: {', '.join(unknown)} (known: {', '.join(found)})"
+        )
     return [n for n in found if not names or n in names]
 
 
@@ -65,19 +77,20 @@ def script_path(name):
 
 
 class Model:
-    """The checkpoint a run used: its folder, the label outputs carry, its weights' sha256, official or not."""
+    """The checkpoint a run used: its folder, the label outputs carry, its weights' sha256, official
+    or not."""
 
     def __init__(self, folder, label, sha256, official):
         self.folder, self.label, self.sha256, self.official = folder, label, sha256, official
 
 
 def choose_model():
-    """The checkpoint find_model() finds (labelled by what it is), else the tiny test model; an explicit
-    $QWEN_MODEL that does not hold a checkpoint is an error, never a silent fallback."""
+    """The checkpoint find_model() finds (labelled by what it is), else the tiny test model; an
+    explicit $QWEN_MODEL that does not hold a checkpoint is an error, never a silent fallback."""
     try:
         folder = find_model()
     except ModelNotFound as e:
-        if os.environ.get("QWEN_MODEL"):             # a folder named by hand that is not there: say so, stop
+        if os.environ.get("QWEN_MODEL"):  # a folder named by hand that is not there: say so, stop
             raise SystemExit(f"error: {e}") from None
         folder = tiny.path()
     ck = identify(folder)
@@ -85,31 +98,50 @@ def choose_model():
 
 
 def _config_model():
-    return Model(CONFIG.parent, "Qwen/Qwen3.5-0.8B config.json (no weights)",
-                 hashlib.sha256(CONFIG.read_bytes()).hexdigest(), True)
+    return Model(
+        CONFIG.parent,
+        "Qwen/Qwen3.5-0.8B config.json (no weights)",
+        hashlib.sha256(CONFIG.read_bytes()).hexdigest(),
+        True,
+    )
 
 
 def _reference_model():
-    return Model(ROOT / "tests", REFERENCE, hashlib.sha256((ROOT / "tests" / "reference.py").read_bytes()).hexdigest(),
-                 False)
+    return Model(
+        ROOT / "tests",
+        REFERENCE,
+        hashlib.sha256((ROOT / "tests" / "reference.py").read_bytes()).hexdigest(),
+        False,
+    )
 
 
 def run_script(name, model, timeout=TIMEOUT):
-    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or raise RuntimeError."""
+    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or
+    raise RuntimeError."""
     import torch
 
     scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{name}-{os.getpid()}-"))
-    env = {**os.environ, "BOOK_OUT": str(scratch), "QWEN_MODEL": str(model.folder), "MPLBACKEND": "Agg",
-           "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "PYTHONHASHSEED": "0",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {
+        **os.environ,
+        "BOOK_OUT": str(scratch),
+        "QWEN_MODEL": str(model.folder),
+        "MPLBACKEND": "Agg",
+        "OMP_NUM_THREADS": str(THREADS),
+        "MKL_NUM_THREADS": str(THREADS),
+        "PYTHONHASHSEED": "0",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
     script = script_path(name)
     try:
         start = time.perf_counter()
         try:
             proc = run_group([sys.executable, str(script)], timeout, cwd=ROOT, env=env)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{script.name} ran longer than {timeout:g} s and was stopped "
-                               f"(a loop that never ends? or allow more with --timeout)") from None
+            raise RuntimeError(
+                f"{script.name} ran longer than {timeout:g} s and was stopped "
+                f"(a loop that never ends? or allow more with --timeout)"
+            ) from None
         seconds = time.perf_counter() - start
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", "replace")
@@ -117,8 +149,10 @@ def run_script(name, model, timeout=TIMEOUT):
         try:
             stdout = proc.stdout.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise RuntimeError(f"{script.name} printed invalid UTF-8 at byte {e.start} "
-                               f"({proc.stdout[max(0, e.start - 20):e.start + 4]!r}): print text, not bytes") from None
+            raise RuntimeError(
+                f"{script.name} printed invalid UTF-8 at byte {e.start} "
+                f"({proc.stdout[max(0, e.start - 20) : e.start + 4]!r}): print text, not bytes"
+            ) from None
         values_file = scratch / "values.json"
         values = json.loads(values_file.read_text()) if values_file.is_file() else {}
         bounds = values.pop("_error_bounds", {})
@@ -129,22 +163,35 @@ def run_script(name, model, timeout=TIMEOUT):
         for fig in figures:
             files[f"figures/{fig.name}"] = fig.read_bytes()
         names = sorted({f.stem.rsplit("_", 1)[0] for f in figures})
-        figure_data = {n: json.loads((figdir / f"{n}.json").read_text()) for n in names
-                       if (figdir / f"{n}.json").is_file()}
+        figure_data = {
+            n: json.loads((figdir / f"{n}.json").read_text())
+            for n in names
+            if (figdir / f"{n}.json").is_file()
+        }
         provenance = {
-            "script": script.relative_to(ROOT).as_posix() if script.is_relative_to(ROOT) else f"scripts/{script.name}", "model": model.label, "official": model.official,
-            "weights_sha256": model.sha256, "torch": torch.__version__, "python": platform.python_version(),
-            "device": f"cpu ({platform.machine()}, {THREADS} thread)", "dtype": values.pop("dtype", "float32"),
-            "seconds": round(seconds, 1), "values": values, "error_bounds": bounds,
+            "script": script.relative_to(ROOT).as_posix()
+            if script.is_relative_to(ROOT)
+            else f"scripts/{script.name}",
+            "model": model.label,
+            "official": model.official,
+            "weights_sha256": model.sha256,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "device": f"cpu ({platform.machine()}, {THREADS} thread)",
+            "dtype": values.pop("dtype", "float32"),
+            "seconds": round(seconds, 1),
+            "values": values,
+            "error_bounds": bounds,
             **({"tolerances": tolerances} if tolerances else {}),
-            "figures": names, "figure_data": figure_data,
+            "figures": names,
+            "figure_data": figure_data,
         }
         return files, provenance
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-SCRATCH = "regen-"         # scratch folders: regen-<script>-<pid of the regen>-<random>
+SCRATCH = "regen-"  # scratch folders: regen-<script>-<pid of the regen>-<random>
 
 
 def run_group(cmd, timeout, **popen):
@@ -154,13 +201,19 @@ def run_group(cmd, timeout, **popen):
     Linux kills the command too (PR_SET_PDEATHSIG). The output goes to files, not pipes: a child
     left holding a pipe open would keep regen waiting after the script has ended."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True,
-                                preexec_fn=_die_with_parent, **popen)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            **popen,
+        )
         try:
             proc.wait(timeout=timeout)
         finally:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)       # the group: its children too
+                os.killpg(proc.pid, signal.SIGKILL)  # the group: its children too
             except (ProcessLookupError, PermissionError):  # already gone
                 pass
             proc.wait()
@@ -173,8 +226,9 @@ def _die_with_parent():
     """In the child, before the script starts: ask Linux for SIGKILL when regen dies."""
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):                  # not Linux: the group kill above remains
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the group kill above remains
         pass
 
 
@@ -182,8 +236,12 @@ def sweep_scratch():
     """Remove the scratch folders of regen runs that were killed before they could clean up."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*-*"):
         pid = folder.name.split("-")[2]
-        if pid.isdigit() and folder.is_dir() and folder.stat().st_uid == os.getuid() \
-                and not _alive(int(pid)):
+        if (
+            pid.isdigit()
+            and folder.is_dir()
+            and folder.stat().st_uid == os.getuid()
+            and not _alive(int(pid))
+        ):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -192,7 +250,7 @@ def _alive(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:                            # someone else's: alive
+    except PermissionError:  # someone else's: alive
         pass
     return True
 
@@ -202,11 +260,14 @@ def provenance_bytes(p):
 
 
 def differences(old, old_text, new, new_text):
-    """What a reader would see differ between two runs of one script (book/compare.py); [] when nothing."""
+    """What a reader would see differ between two runs of one script (book/compare.py); [] when
+    nothing."""
     if old is None or old_text is None:
         return ["no committed output"]
     diffs = []
-    for key in sorted((set(old) | set(new)) - {"values", "figure_data", "error_bounds", *MACHINE_FIELDS}):
+    for key in sorted(
+        (set(old) | set(new)) - {"values", "figure_data", "error_bounds", *MACHINE_FIELDS}
+    ):
         if old.get(key) != new.get(key):
             diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
     bounds = new.get("error_bounds", {})
@@ -227,13 +288,14 @@ def differences(old, old_text, new, new_text):
     return diffs
 
 
-# ------------------------------------------------------------------ replacing a set of files, all or nothing
+# --------------------------------------------------------- replacing a set of files, all or nothing
 def _journals(docs, names):
     return [j for j in (docs / "outputs" / JOURNAL.format(n) for n in names) if j.is_file()]
 
 
 def finish_interrupted(docs, names):
-    """For these scripts: complete the renames an interrupted run listed, remove staged files no journal names."""
+    """For these scripts: complete the renames an interrupted run listed, remove staged files no
+    journal names."""
     for journal in _journals(docs, names):
         plan = json.loads(journal.read_text())
         for tmp, target in plan["replace"]:
@@ -249,7 +311,8 @@ def finish_interrupted(docs, names):
 
 
 def replace_set(docs, name, files, delete=()):
-    """Replace `files` ({path under docs: bytes}) and delete `delete`, as one: after a crash, all or none."""
+    """Replace `files` ({path under docs: bytes}) and delete `delete`, as one: after a crash, all or
+    none."""
     staged = []
     try:
         for rel, data in files.items():
@@ -264,7 +327,7 @@ def replace_set(docs, name, files, delete=()):
         journal = docs / "outputs" / JOURNAL.format(name)
         pending = journal.with_name(f".{journal.name}.{name}{TEMP_SUFFIX}")
         pending.write_text(json.dumps({"replace": staged, "delete": sorted(delete)}))
-        os.replace(pending, journal)                       # from here on the set is committed
+        os.replace(pending, journal)  # from here on the set is committed
     except BaseException:
         for tmp, _ in staged:
             (docs / tmp).unlink(missing_ok=True)
@@ -284,19 +347,33 @@ def seconds(text):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph
     ap.add_argument("scripts", nargs="*", help="script names like ch02_embedding (default: all)")
-    ap.add_argument("--check", action="store_true", help="compare with the committed outputs; write nothing")
-    ap.add_argument("--retime", action="store_true",
-                    help="record this run's times even where the outputs are the same (run on a quiet machine)")
-    ap.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
-                    help=f"stop a script that runs longer than S seconds (default {TIMEOUT})")
+    ap.add_argument(
+        "--check", action="store_true", help="compare with the committed outputs; write nothing"
+    )
+    ap.add_argument(
+        "--retime",
+        action="store_true",
+        help="record this run's times even where the outputs are the same (run on a quiet machine)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=seconds,
+        default=TIMEOUT,
+        metavar="S",
+        help=f"stop a script that runs longer than S seconds (default {TIMEOUT})",
+    )
     args = ap.parse_args(argv)
     docs = OUTPUTS.parent
     names = chapter_scripts(args.scripts)
     if args.check and _journals(docs, names):
-        print(f"an interrupted regeneration left {_journals(docs, names)[0].relative_to(docs.parent)}: "
-              f"run `python -m book.regen` to finish it", file=sys.stderr)
+        print(
+            "an interrupted regeneration "
+            f"left {_journals(docs, names)[0].relative_to(docs.parent)}: run `python -m "
+            "book.regen` to finish it",
+            file=sys.stderr,
+        )
         return 1
     if not args.check:
         finish_interrupted(docs, names)
@@ -307,8 +384,11 @@ def main(argv=None):
     try:
         return _run_all(args, docs, names, model)
     except KeyboardInterrupt:
-        print("\ninterrupted: the script running was stopped and none of its files were written; "
-              "outputs already reported are complete", file=sys.stderr)
+        print(
+            "\ninterrupted: the script running was stopped and none of its files were written; "
+            "outputs already reported are complete",
+            file=sys.stderr,
+        )
         return 130
 
 
@@ -319,7 +399,9 @@ def _run_all(args, docs, names, model):
         txt_path = docs / "outputs" / f"{name}.txt"
         old = json.loads(json_path.read_text()) if json_path.is_file() else None
         old_text = txt_path.read_text() if txt_path.is_file() else None
-        run_model = {"diagrams": _config_model, "parity": _reference_model}.get(name, lambda: model)()
+        run_model = {"diagrams": _config_model, "parity": _reference_model}.get(
+            name, lambda: model
+        )()
         try:
             files, prov = run_script(name, run_model, args.timeout)
         except RuntimeError as e:
@@ -327,15 +409,22 @@ def _run_all(args, docs, names, model):
             print(f"FAIL  {name}\n{e}", file=sys.stderr)
             continue
         if old and old.get("official", old["model"] != TINY) and not run_model.official:
-            unverified.append(name)      # an official output, and only another checkpoint here: keep it
-            print(f"ran   {name} on the {run_model.label} as a smoke test ({prov['seconds']} s); "
-                  f"its committed output was made with {old['model']} and is kept")
+            unverified.append(name)  # an official output, and only another checkpoint here: keep it
+            print(
+                f"ran   {name} on the {run_model.label} as a smoke test ({prov['seconds']} s); "
+                f"its committed output was made with {old['model']} and is kept"
+            )
             continue
         diffs = differences(old, old_text, prov, files[f"outputs/{name}.txt"].decode())
         figure_files = [f"figures/{f}_{lang}.svg" for f in prov["figures"] for lang in ("zh", "en")]
         missing = [rel for rel in figure_files if not (docs / rel).is_file()]
-        stale = [f"figures/{f}_{lang}.svg" for f in (old or {}).get("figures", []) if f not in prov["figures"]
-                 for lang in ("zh", "en") if (docs / "figures" / f"{f}_{lang}.svg").is_file()]
+        stale = [
+            f"figures/{f}_{lang}.svg"
+            for f in (old or {}).get("figures", [])
+            if f not in prov["figures"]
+            for lang in ("zh", "en")
+            if (docs / "figures" / f"{f}_{lang}.svg").is_file()
+        ]
         if args.check:
             real = diffs + [f"missing {rel}" for rel in missing]
             if real:
@@ -349,23 +438,31 @@ def _run_all(args, docs, names, model):
         if not diffs and not missing and not args.retime:
             print(f"same  {name} ({prov['seconds']} s)")
             continue
-        if not diffs and not missing:                      # --retime: the committed files, this run's time
+        if not diffs and not missing:  # --retime: the committed files, this run's time
             kept = {**old, **{k: prov[k] for k in MACHINE_FIELDS}}
             replace_set(docs, name, {f"outputs/{name}.json": provenance_bytes(kept)})
             print(f"timed {name} ({prov['seconds']} s)")
             continue
         files[f"outputs/{name}.json"] = provenance_bytes(prov)
         replace_set(docs, name, files, stale)
-        print(f"wrote {name} ({prov['seconds']} s): " + (diffs[0] if diffs else "figures were missing")
-              + (f" (+{len(diffs) - 1} more differences)" if len(diffs) > 1 else ""))
+        print(
+            f"wrote {name} ({prov['seconds']} s): "
+            + (diffs[0] if diffs else "figures were missing")
+            + (f" (+{len(diffs) - 1} more differences)" if len(diffs) > 1 else "")
+        )
     if unverified:
-        print(f"{len(unverified)} output(s) made with the official weights could not be verified here "
-              f"(no weights): {', '.join(unverified)}")
+        print(
+            f"{len(unverified)} output(s) made with the official weights could not be verified "
+            f"here (no weights): {', '.join(unverified)}"
+        )
     if failures:
         print(f"{len(failures)} script(s) failed: {', '.join(failures)}", file=sys.stderr)
     if found:
-        print(f"{len(found)} script(s) differ from the committed outputs: {', '.join(found)}; run "
-              f"`python -m book.regen {' '.join(found)}` and commit the result", file=sys.stderr)
+        print(
+            f"{len(found)} script(s) differ from the committed outputs: {', '.join(found)}; run "
+            f"`python -m book.regen {' '.join(found)}` and commit the result",
+            file=sys.stderr,
+        )
     return 1 if failures or found else 0
 
 

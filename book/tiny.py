@@ -1,8 +1,10 @@
 """The tiny test model: the official file layout and the real tokenizer, tiny random weights.
 
-`python -m book.tiny` builds it once (deterministically) and prints its folder; later calls reuse the cache.
-Every code path of the book runs on it; nothing it prints means anything about the real model.
+`python -m book.tiny` builds it once (deterministically) and prints its folder; later calls reuse
+the cache. Every code path of the book runs on it; nothing it prints means anything about the real
+model.
 """
+
 import hashlib
 import json
 import os
@@ -15,55 +17,109 @@ import torch
 from safetensors.torch import save_file
 
 ROOT = Path(__file__).resolve().parent.parent
-OFFICIAL_CONFIG = {   # the structure of Qwen/Qwen3.5-0.8B's config.json; text_config is replaced by TEXT below
-    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "image_token_id": 248056,
-    "video_token_id": 248057, "vision_start_token_id": 248053, "vision_end_token_id": 248054,
-    "tie_word_embeddings": True, "transformers_version": "4.57.0.dev0",
+# the structure of Qwen/Qwen3.5-0.8B's config.json; text_config is replaced by TEXT below
+OFFICIAL_CONFIG = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5",
+    "image_token_id": 248056,
+    "video_token_id": 248057,
+    "vision_start_token_id": 248053,
+    "vision_end_token_id": 248054,
+    "tie_word_embeddings": True,
+    "transformers_version": "4.57.0.dev0",
 }
 LAYERS = ["linear_attention"] * 3 + ["full_attention"]
 TEXT = {
-    "model_type": "qwen3_5_text", "vocab_size": 248320,      # the full vocabulary: every real token id is valid
-    "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 8, "layer_types": LAYERS * 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-    "linear_num_key_heads": 4, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
-    "linear_conv_kernel_dim": 4, "hidden_act": "silu", "rms_norm_eps": 1e-6, "full_attention_interval": 4,
-    "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True, "tie_word_embeddings": True,
-    "max_position_embeddings": 262144, "eos_token_id": 248044, "dtype": "bfloat16", "initializer_range": 0.02,
-    "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False, "mamba_ssm_dtype": "float32",
-    "mlp_only_layers": [], "use_cache": True,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
-                        "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+    # the full vocabulary: every real token id is valid
+    "model_type": "qwen3_5_text",
+    "vocab_size": 248320,
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_hidden_layers": 8,
+    "layer_types": LAYERS * 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "full_attention_interval": 4,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_output_gate": True,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 262144,
+    "eos_token_id": 248044,
+    "dtype": "bfloat16",
+    "initializer_range": 0.02,
+    "mtp_num_hidden_layers": 1,
+    "mtp_use_dedicated_embeddings": False,
+    "mamba_ssm_dtype": "float32",
+    "mlp_only_layers": [],
+    "use_cache": True,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10000000,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": [2, 1, 1],
+        "mrope_interleaved": True,
+    },
 }
-VISION = {"model_type": "qwen3_5", "depth": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32,
-          "in_channels": 3, "patch_size": 4, "temporal_patch_size": 2, "spatial_merge_size": 2,
-          "out_hidden_size": 64, "num_position_embeddings": 16, "hidden_act": "gelu_pytorch_tanh",
-          "initializer_range": 0.02, "deepstack_visual_indexes": []}
-WEIGHTS_FILE = "model.safetensors-00001-of-00001.safetensors"    # the official file name
+VISION = {
+    "model_type": "qwen3_5",
+    "depth": 1,
+    "hidden_size": 16,
+    "num_heads": 2,
+    "intermediate_size": 32,
+    "in_channels": 3,
+    "patch_size": 4,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "out_hidden_size": 64,
+    "num_position_embeddings": 16,
+    "hidden_act": "gelu_pytorch_tanh",
+    "initializer_range": 0.02,
+    "deepstack_visual_indexes": [],
+}
+WEIGHTS_FILE = "model.safetensors-00001-of-00001.safetensors"  # the official file name
 
 
 def text_tensors(cfg, gen):
-    """Every text-model tensor with its official name and shape, filled with seeded random values."""
+    """Every text-model tensor with its official name and shape, filled with seeded random
+    values."""
     d, f = cfg["hidden_size"], cfg["intermediate_size"]
     hq, hkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
-    dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
+    dk, dv, K = (
+        cfg["linear_key_head_dim"],
+        cfg["linear_value_head_dim"],
+        cfg["linear_conv_kernel_dim"],
+    )
     conv = 2 * nk * dk + nv * dv
 
-    def rand(*shape, std=None):     # std 1/sqrt(fan_in) keeps activations of order one through the layers
+    # std 1/sqrt(fan_in) keeps activations of order one through the layers
+    def rand(*shape, std=None):
         std = std if std is not None else shape[-1] ** -0.5
         return torch.randn(*shape, generator=gen) * std
 
     p = "model.language_model."
-    T = {p + "embed_tokens.weight": rand(cfg["vocab_size"], d, std=1.0), p + "norm.weight": rand(d, std=0.1)}
+    T = {
+        p + "embed_tokens.weight": rand(cfg["vocab_size"], d, std=1.0),
+        p + "norm.weight": rand(d, std=0.1),
+    }
     for i, kind in enumerate(cfg["layer_types"]):
         L = f"{p}layers.{i}."
-        T[L + "input_layernorm.weight"] = rand(d, std=0.1)             # zero-centred norms: an offset around 0
+        T[L + "input_layernorm.weight"] = rand(d, std=0.1)  # zero-centred norms: an offset around 0
         T[L + "post_attention_layernorm.weight"] = rand(d, std=0.1)
         T[L + "mlp.gate_proj.weight"] = rand(f, d)
         T[L + "mlp.up_proj.weight"] = rand(f, d)
         T[L + "mlp.down_proj.weight"] = rand(d, f)
         if kind == "full_attention":
-            T[L + "self_attn.q_proj.weight"] = rand(2 * hq * hd, d)      # per head: [query | gate]
+            T[L + "self_attn.q_proj.weight"] = rand(2 * hq * hd, d)  # per head: [query | gate]
             T[L + "self_attn.k_proj.weight"] = rand(hkv * hd, d)
             T[L + "self_attn.v_proj.weight"] = rand(hkv * hd, d)
             T[L + "self_attn.o_proj.weight"] = rand(d, hq * hd)
@@ -75,15 +131,18 @@ def text_tensors(cfg, gen):
             T[L + "linear_attn.in_proj_b.weight"] = rand(nv, d)
             T[L + "linear_attn.in_proj_a.weight"] = rand(nv, d)
             T[L + "linear_attn.conv1d.weight"] = rand(conv, 1, K, std=0.5)
-            T[L + "linear_attn.A_log"] = torch.log(torch.rand(nv, generator=gen) * 15 + 1)   # decay rates in [1, 16]
+            # decay rates in [1, 16]
+            T[L + "linear_attn.A_log"] = torch.log(torch.rand(nv, generator=gen) * 15 + 1)
             T[L + "linear_attn.dt_bias"] = rand(nv, std=1.0)
-            T[L + "linear_attn.norm.weight"] = 1 + rand(dv, std=0.1)      # the gated norm: a plain weight around 1
+            # the gated norm: a plain weight around 1
+            T[L + "linear_attn.norm.weight"] = 1 + rand(dv, std=0.1)
             T[L + "linear_attn.out_proj.weight"] = rand(d, nv * dv)
     return T
 
 
 def skipped_tensors(gen):
-    """A few vision-tower and MTP tensors: present in the official file, skipped by a text-only loader."""
+    """A few vision-tower and MTP tensors: present in the official file, skipped by a text-only
+    loader."""
     return {
         "model.visual.patch_embed.proj.weight": torch.randn(16, 3, 2, 4, 4, generator=gen),
         "model.visual.merger.linear_fc1.weight": torch.randn(64, 64, generator=gen),
@@ -93,18 +152,29 @@ def skipped_tensors(gen):
 
 
 def build(dest):
-    """Write the tiny checkpoint folder: config.json, the safetensors file and its index, tokenizer.json."""
+    """Write the tiny checkpoint folder: config.json, the safetensors file and its index,
+    tokenizer.json."""
     from book.tokenizer import build_tokenizer_json
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    config = {**OFFICIAL_CONFIG, "book_tiny_test_model": True, "text_config": TEXT, "vision_config": VISION}
+    config = {
+        **OFFICIAL_CONFIG,
+        "book_tiny_test_model": True,
+        "text_config": TEXT,
+        "vision_config": VISION,
+    }
     (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     gen = torch.Generator().manual_seed(0)
-    tensors = {k: v.to(torch.bfloat16).contiguous() for k, v in {**text_tensors(TEXT, gen), **skipped_tensors(gen)}.items()}
+    tensors = {
+        k: v.to(torch.bfloat16).contiguous()
+        for k, v in {**text_tensors(TEXT, gen), **skipped_tensors(gen)}.items()
+    }
     save_file(tensors, dest / WEIGHTS_FILE, metadata={"format": "pt"})
-    index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
-             "weight_map": {k: WEIGHTS_FILE for k in sorted(tensors)}}
+    index = {
+        "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+        "weight_map": {k: WEIGHTS_FILE for k in sorted(tensors)},
+    }
     (dest / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     build_tokenizer_json(dest / "tokenizer.json")
 
@@ -117,7 +187,7 @@ def _key():
     return h.hexdigest()[:16]
 
 
-MANIFEST = "MANIFEST.sha256"      # each file's sha256, written at build; the folder must match it
+MANIFEST = "MANIFEST.sha256"  # each file's sha256, written at build; the folder must match it
 
 
 def path():
@@ -136,17 +206,21 @@ def path():
         problem = damage(folder)
         if not problem:
             return folder
-        print(f"the cached tiny model in {folder} is damaged ({problem}): rebuilding it",
-              file=sys.stderr)
+        print(
+            f"the cached tiny model in {folder} is damaged ({problem}): rebuilding it",
+            file=sys.stderr,
+        )
         _remove(folder, base)
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=base, prefix=".tiny-"))
     try:
         build(tmp)
-        (tmp / MANIFEST).write_text("".join(f"{_sha256(f)}  {f.name}\n" for f in sorted(tmp.iterdir())))
-        (tmp / "BUILD_KEY").write_text(key)          # written last: a folder with it is complete
+        (tmp / MANIFEST).write_text(
+            "".join(f"{_sha256(f)}  {f.name}\n" for f in sorted(tmp.iterdir()))
+        )
+        (tmp / "BUILD_KEY").write_text(key)  # written last: a folder with it is complete
         try:
-            tmp.rename(folder)                       # atomic; fails if another build got there first
+            tmp.rename(folder)  # atomic; fails if another build got there first
         except OSError:
             if not (folder / "BUILD_KEY").is_file():
                 raise
@@ -183,7 +257,7 @@ def _remove(folder, base):
     aside = Path(tempfile.mkdtemp(dir=base, prefix=".tiny-damaged-")) / "old"
     try:
         folder.rename(aside)
-    except OSError:                                  # another process moved it first
+    except OSError:  # another process moved it first
         pass
     shutil.rmtree(aside.parent, ignore_errors=True)
 
@@ -201,14 +275,18 @@ def is_tiny(folder):
     the ones this recipe builds (the config's book_tiny_test_model flag proves nothing: it is a
     line of text). Files of another size are told apart without reading them."""
     folder, built = Path(folder), path()
-    ours = {n: sha for n, sha in recorded(built).items()
-            if n.endswith(".safetensors") or n == "config.json"}
+    ours = {
+        n: sha
+        for n, sha in recorded(built).items()
+        if n.endswith(".safetensors") or n == "config.json"
+    }
     weights = {f.name for f in folder.glob("*.safetensors")}
     if weights != {name for name in ours if name.endswith(".safetensors")}:
         return False
     files = [(folder / name, sha) for name, sha in ours.items()]
-    if not all(f.is_file() and f.stat().st_size == (built / f.name).stat().st_size
-               for f, _ in files):
+    if not all(
+        f.is_file() and f.stat().st_size == (built / f.name).stat().st_size for f, _ in files
+    ):
         return False
     return all(_sha256(f) == sha for f, sha in files)
 
@@ -216,6 +294,8 @@ def is_tiny(folder):
 if __name__ == "__main__":
     try:
         print(path())
-    except OSError as e:                             # a read-only or full disk, a bad BOOK_TINY_DIR
-        sys.exit(f"error: cannot build the tiny model ({e}): "
-                 "set BOOK_TINY_DIR to a writable folder with 60 MB free")
+    except OSError as e:  # a read-only or full disk, a bad BOOK_TINY_DIR
+        sys.exit(
+            f"error: cannot build the tiny model ({e}): "
+            "set BOOK_TINY_DIR to a writable folder with 60 MB free"
+        )

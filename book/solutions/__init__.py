@@ -1,1 +1,2 @@
-"""Worked solutions to the lesson exercises, kept out of docs/ so a reader does not meet them by accident."""
+"""Worked solutions to the lesson exercises, kept out of docs/ so a reader does not meet them by
+accident."""

@@ -1,5 +1,9 @@
-"""Solutions to the chapters' exercises (book/exercises.py checks them); each page shows its own in a collapsed
-block, included from the named sections below."""
+"""Solutions to the chapters' exercises (book/exercises.py checks them); each page shows its own in
+a collapsed block, included from the named sections below."""
+
+# the chapter pages show this code with its comments aligned in columns, which the
+# formatter would undo (as for qwen/); ruff check still holds it to the rules
+# fmt: off
 import math
 
 import torch
@@ -26,7 +30,7 @@ def short_name(name):
 # --8<-- [start:ch01_count]
 def count_parameters(state):
     """Parameters in a state_dict(keep_vars=True), each tensor once."""
-    unique = {id(t): t.numel() for t in state.values()}     # a tied Parameter appears under two names
+    unique = {id(t): t.numel() for t in state.values()}  # a tied Parameter appears under two names
     return sum(unique.values())
 # --8<-- [end:ch01_count]
 
@@ -116,7 +120,7 @@ def delta_step(S, k, v, alpha, beta):
 def gates(a, b, A_log, dt_bias):
     """The log decay g (fp32, <= 0) and the write strength beta, per token and head."""
     g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
-    beta = b.sigmoid().float()                              # the sigmoid in the input's dtype, then fp32
+    beta = b.sigmoid().float()                      # the sigmoid in the input's dtype, then fp32
     return g, beta
 # --8<-- [end:ch06_gates]
 
@@ -127,7 +131,7 @@ def decay_matrix(g):
     gamma = g.cumsum(-1)
     diff = gamma[:, None] - gamma[None, :]
     causal = torch.ones(len(g), len(g), dtype=torch.bool).tril()
-    return diff.masked_fill(~causal, -math.inf).exp()       # mask before exp: exp(-inf) = 0, no overflow
+    return diff.masked_fill(~causal, -math.inf).exp()  # mask before exp: exp(-inf) = 0, no overflow
 # --8<-- [end:ch07_decay_matrix]
 
 
@@ -175,8 +179,9 @@ def logit_lens(model, ids):
     x, logits = model.embed_tokens(ids), []
     for layer in model.layers:
         x = layer(x, cos, sin)
-        logits.append(model.lm_head(model.norm(x[:, -1:]))[0, -1])   # the final norm first, as at the exit
-    logits = torch.stack(logits)                            # [layers, vocab]: the last row is the model's
+        # the final norm first, as at the exit
+        logits.append(model.lm_head(model.norm(x[:, -1:]))[0, -1])
+    logits = torch.stack(logits)                    # [layers, vocab]: the last row is the model's
     return torch.softmax(logits, dim=-1)[:, logits[-1].argmax()]
 # --8<-- [end:ch09_logit_lens]
 
@@ -226,12 +231,14 @@ def greedy(model, ids, n):
 
 # --8<-- [start:ch12_render]
 def render(messages, thinking=False):
-    """ChatML turns, then the opened assistant turn, with an empty think block when thinking is off."""
+    """ChatML turns, then the opened assistant turn, with an empty think block when thinking is
+    off."""
     text = ""
     for m in messages:
         content = strip_thinking(m["content"]) if m["role"] == "assistant" else m["content"]
         text += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
-    return text + "<|im_start|>assistant\n" + ("<think>\n" if thinking else "<think>\n\n</think>\n\n")
+    return (text + "<|im_start|>assistant\n"
+            + ("<think>\n" if thinking else "<think>\n\n</think>\n\n"))
 # --8<-- [end:ch12_render]
 
 
@@ -259,7 +266,8 @@ def decode_ceiling(params, bytes_per_weight, gb_per_s, gflop_per_s, batch):
 
 # --8<-- [start:ch13_ridge_batch]
 def ridge_batch(bytes_per_weight, gb_per_s, gflop_per_s):
-    """B sequences do 2 B FLOP per weight read: the two limits meet where 2 B / bytes = peak / bandwidth."""
+    """B sequences do 2 B FLOP per weight read: the two limits meet where
+    2 B / bytes = peak / bandwidth."""
     return gflop_per_s * bytes_per_weight / (2 * gb_per_s)
 # --8<-- [end:ch13_ridge_batch]
 
@@ -287,7 +295,8 @@ def join(weights):
     ts = sorted(weights.items(), key=lambda kv: kv[1].data_ptr())
     names = [n for n, _ in ts]
     adjacent = all(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-                   and a.data_ptr() + a.nbytes == b.data_ptr() for (_, a), (_, b) in zip(ts, ts[1:]))
+                   and a.data_ptr() + a.nbytes == b.data_ptr()
+                   for (_, a), (_, b) in zip(ts, ts[1:]))
     if adjacent:
         first = ts[0][1]
         rows = sum(t.shape[0] for _, t in ts)

@@ -1,5 +1,9 @@
 """Solutions to the three exercises of the positional-encoding lesson
 (docs/*/lessons/positional.ipynb)."""
+
+# the lessons show this code with its comments aligned in columns, which the
+# formatter would undo (as for qwen/); ruff check still holds it to the rules
+# fmt: off
 import math
 
 import torch
