@@ -1,9 +1,12 @@
-"""The parity figures the chapters quote: run tests/test_parity.py and record every difference it measures.
+"""The parity figures the chapters quote: run tests/test_parity.py and record every difference it
+measures.
 
-`python -m book.regen parity` runs this (transformers is needed: it is the reference). Each figure is the largest
-|ours - transformers| of one comparison, recorded with its test's tolerance as the bound: its digits come from the
-CPU's rounding, so the check asks only that it stays below the bound.
+`python -m book.regen parity` runs this (transformers is needed: it is the reference). Each figure
+is the largest |ours - transformers| of one comparison, recorded with its test's tolerance as the
+bound: its digits come from the CPU's rounding, so the check asks only that it stays below the
+bound.
 """
+
 import contextlib
 import io
 import math
@@ -16,8 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from book.out import record, record_error   # noqa: E402
-from tests import reference                  # noqa: E402
+from book.out import record, record_error  # noqa: E402
+from tests import reference  # noqa: E402
 
 
 def key(test, name):
@@ -28,7 +31,8 @@ def key(test, name):
 
 
 def bound(tol):
-    """The tolerance as a round number at least as large: 1e-4 stays, a computed 0.213 becomes 0.3."""
+    """The tolerance as a round number at least as large: 1e-4 stays, a computed 0.213 becomes
+    0.3."""
     if tol == 0:
         return 0.0
     unit = 10 ** math.floor(math.log10(tol))
@@ -37,7 +41,16 @@ def bound(tol):
 
 log = io.StringIO()
 with contextlib.redirect_stdout(log):
-    rc = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(ROOT / "tests" / "test_parity.py")])
+    rc = pytest.main(
+        [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            str(ROOT / "tests" / "test_parity.py"),
+        ]
+    )
 if rc != 0:
     sys.exit(f"tests/test_parity.py failed:\n{log.getvalue()[-4000:]}")
 
@@ -52,7 +65,7 @@ print(f"{'comparison (fp32 unless named)':<62} {'max |diff|':>10}  bound")
 for k, (name, d, b) in sorted(worst.items()):
     if b:
         shown = record_error(k, d, b)
-    else:                                               # a bound of 0: the bits must be identical
+    else:  # a bound of 0: the bits must be identical
         assert d == 0, f"{name}: {d} should be exactly 0"
         shown = "0"
         record(**{k: shown})

@@ -965,6 +965,7 @@ def test_a_killed_regen_takes_its_script_along_and_the_next_run_sweeps_its_scrat
 def test_a_cache_for_no_sequences_is_refused(batch):
     from qwen.cache import Cache
     from qwen.weights import Config
+
     with pytest.raises(ValueError, match=r"batch=.*whole number >= 1"):
         Cache(Config(layer_types=["linear_attention", "full_attention"]), batch)
 
@@ -979,6 +980,7 @@ def test_the_fast_loader_names_a_nan_weight_as_the_clear_one_does(tmp_path):
     from qwen import fast
     from qwen.model import from_pretrained
     from qwen.weights import CheckpointError
+
     src = tiny_path()
     for f in src.iterdir():
         shutil.copy(f, tmp_path / f.name)

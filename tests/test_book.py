@@ -1,4 +1,5 @@
 """The book's machinery: the tiny test model, output regeneration, and executed code blocks."""
+
 import json
 import re
 import subprocess
@@ -24,8 +25,11 @@ def test_tiny_model_is_in_the_official_layout(tiny_model):
     assert cfg["architectures"] == ["Qwen3_5ForConditionalGeneration"] and "text_config" in cfg
     assert set(cfg["text_config"]["layer_types"]) == {"linear_attention", "full_attention"}
     assert cfg["text_config"]["vocab_size"] == 248320
-    model, info = transformers.Qwen3_5ForCausalLM.from_pretrained(tiny_model, output_loading_info=True)
-    assert not info["missing_keys"], info["missing_keys"]           # every tensor transformers wants is there
+    model, info = transformers.Qwen3_5ForCausalLM.from_pretrained(
+        tiny_model, output_loading_info=True
+    )
+    # every tensor transformers wants is there
+    assert not info["missing_keys"], info["missing_keys"]
     assert not info["mismatched_keys"]
 
 
@@ -56,11 +60,15 @@ def test_regen_writes_outputs_with_provenance_and_is_idempotent(tmp_path, monkey
     assert regen.main([]) == 0
     assert (docs / "outputs/ch98_good.txt").read_text() == "hello 42\n"
     prov = json.loads((docs / "outputs/ch98_good.json").read_text())
-    assert prov["model"] == regen.TINY and prov["values"] == {"answer": 42} and prov["figures"] == ["ch98_fig"]
+    assert (
+        prov["model"] == regen.TINY
+        and prov["values"] == {"answer": 42}
+        and prov["figures"] == ["ch98_fig"]
+    )
     assert {"torch", "device", "dtype", "seconds", "weights_sha256"} <= prov.keys()
     before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
     assert {p.name for p in before} >= {"ch98_fig_zh.svg", "ch98_fig_en.svg"}
-    assert regen.main([]) == 0                                     # twice: no file changes
+    assert regen.main([]) == 0  # twice: no file changes
     assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == before
     assert regen.main(["--check"]) == 0
 
@@ -78,7 +86,9 @@ def test_regen_failing_script_leaves_old_files(tmp_path, monkeypatch, capsys):
     docs = _fake_repo(tmp_path, monkeypatch, {"ch98_good": GOOD})
     assert regen.main([]) == 0
     before = {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()}
-    (tmp_path / "scripts/ch98_good.py").write_text("print('half an output')\nraise SystemExit('boom')\n")
+    (tmp_path / "scripts/ch98_good.py").write_text(
+        "print('half an output')\nraise SystemExit('boom')\n"
+    )
     assert regen.main([]) == 1
     assert "ch98_good.py failed" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in docs.rglob("*") if p.is_file()} == before
@@ -91,15 +101,21 @@ def test_regen_rejects_unknown_scripts(tmp_path, monkeypatch):
 
 
 def test_committed_outputs_are_current():
-    """`python -m book.regen --check`: every chapter script reproduces its committed output and figures."""
-    proc = subprocess.run([sys.executable, "-m", "book.regen", "--check"], cwd=ROOT, capture_output=True, text=True)
+    """`python -m book.regen --check`: every chapter script reproduces its committed output and
+    figures."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "book.regen", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_every_code_block_runs():
-    """Every ```python and ```bash block of both editions, snippets expanded, runs (or says why it is skipped)."""
-    proc = subprocess.run([sys.executable, "-m", "book.codeblocks", "-rs"], cwd=ROOT, capture_output=True, text=True)
+    """Every ```python and ```bash block of both editions, snippets expanded, runs (or says why it
+    is skipped)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "book.codeblocks", "-rs"], cwd=ROOT, capture_output=True, text=True
+    )
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     print(proc.stdout[-4000:])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -107,6 +123,6 @@ def test_every_code_block_runs():
     skipped = re.search(r"(\d+) skipped", summary)
     print(f"code blocks: {ran} ran, {skipped.group(1) if skipped else 0} skipped")
     assert ran > 0
-    for line in proc.stdout.splitlines():                          # a skip must carry its reason
+    for line in proc.stdout.splitlines():  # a skip must carry its reason
         if line.startswith("SKIPPED"):
             assert re.search(r": \S", line.split(".md", 1)[-1]), line

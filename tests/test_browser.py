@@ -1,17 +1,19 @@
-"""The built site as a reader sees it, in real headless Chromium: both editions, at 390 px (a phone) and 1280 px.
+"""The built site as a reader sees it, in real headless Chromium: both editions, at 390 px (a phone)
+and 1280 px.
 
     .venv/bin/python -m pytest -m browser tests/test_browser.py
 
-The site is built once (notebooks not executed: their stored outputs are shown) and served from a local http
-server under the path of `site_url`, as on GitHub Pages. Pages are discovered from the built site, so new chapters
-and lessons are checked without touching this file. A failing check saves a screenshot under
-$BOOK_ARTIFACTS (default: test-artifacts/browser/), which CI uploads.
+The site is built once (notebooks not executed: their stored outputs are shown) and served from a
+local http server under the path of `site_url`, as on GitHub Pages. Pages are discovered from the
+built site, so new chapters and lessons are checked without touching this file. A failing check
+saves a screenshot under $BOOK_ARTIFACTS (default: test-artifacts/browser/), which CI uploads.
 
 BOOK_SITE=<folder> checks a site built before instead of building one.
 
-No browser found: the tests skip on a developer's machine and fail in CI (`CI` or `BOOK_CI` set, as `.ci/run`
-does), because `.ci/run` installs Debian's chromium and chromium-driver itself.
+No browser found: the tests skip on a developer's machine and fail in CI (`CI` or `BOOK_CI` set, as
+`.ci/run` does), because `.ci/run` installs Debian's chromium and chromium-driver itself.
 """
+
 import functools
 import http.server
 import os
@@ -31,29 +33,64 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("BOOK_ARTIFACTS", ROOT / "test-artifacts" / "browser"))
-IN_CI = bool(os.environ.get("CI") or os.environ.get("BOOK_CI"))   # CI sets CI; .ci/run sets BOOK_CI
+IN_CI = bool(os.environ.get("CI") or os.environ.get("BOOK_CI"))  # CI sets CI; .ci/run sets BOOK_CI
 EDITIONS = ("zh", "en")
 PHONE, DESKTOP = 390, 1280
 
-# Words a reader types, in the forms they take. Material searches each word as a prefix (cache*), so an index of
-# stems (cach, gate, chunk) finds none of them. Each must find pages of the edition searched, and only those.
+# Words a reader types, in the forms they take. Material searches each word as a prefix (cache*), so
+# an index of stems (cach, gate, chunk) finds none of them. Each must find pages of the edition
+# searched, and only those.
 SEARCH = {
-    "zh": ["嵌入", "注意力", "缓存", "分词器", "cache", "gated", "weights", "tokens", "chunked", "attention"],
-    "en": ["cache", "gated", "weights", "tokens", "chunked", "attention", "embeddings", "嵌入",
-           "caching", "quantization"],
+    "zh": [
+        "嵌入",
+        "注意力",
+        "缓存",
+        "分词器",
+        "cache",
+        "gated",
+        "weights",
+        "tokens",
+        "chunked",
+        "attention",
+    ],
+    "en": [
+        "cache",
+        "gated",
+        "weights",
+        "tokens",
+        "chunked",
+        "attention",
+        "embeddings",
+        "嵌入",
+        "caching",
+        "quantization",
+    ],
 }
-# "嵌入" on the English edition finds nothing: the English pages hold no Chinese; it must not find Chinese pages.
+# "嵌入" on the English edition finds nothing: the English pages hold no Chinese; it must not find
+# Chinese pages.
 EXPECT_NONE = {("en", "嵌入")}
-# English words in a form the book does not use (it says cache, cached; quantize, quantized, int8): the English
-# index stems, so each finds the pages of its word's other forms, and at least these.
-INFLECTED = {("en", "caching"): ("cache", {"en/11-generation/", "en/15-decoding/"}),
-             ("en", "quantization"): ("quantize", {"en/14-loading/", "en/16-int8/"})}
+# English words in a form the book does not use (it says cache, cached; quantize, quantized, int8):
+# the English index stems, so each finds the pages of its word's other forms, and at least these.
+INFLECTED = {
+    ("en", "caching"): ("cache", {"en/11-generation/", "en/15-decoding/"}),
+    ("en", "quantization"): ("quantize", {"en/14-loading/", "en/16-int8/"}),
+}
 
 pytestmark = pytest.mark.browser
 
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1"]
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--force-device-scale-factor=1",
+]
 
 
 def _find(env, names, folders=()):
@@ -70,22 +107,34 @@ def _find(env, names, folders=()):
 
 
 def find_browser():
-    """(chromium, chromedriver) paths, or None. GitHub's runners ship google-chrome and $CHROMEWEBDRIVER."""
-    chrome = _find("CHROME_BIN", ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"])
+    """(chromium, chromedriver) paths, or None. GitHub's runners ship google-chrome and
+    $CHROMEWEBDRIVER."""
+    chrome = _find(
+        "CHROME_BIN",
+        ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"],
+    )
     driver = _find("CHROMEDRIVER", ["chromedriver"], [os.environ.get("CHROMEWEBDRIVER", "")])
     return (chrome, driver) if chrome and driver else None
 
 
-# ---------------------------------------------------------------------------------------------------------- site
+# --------------------------------------------------------------------------------------------- site
 
 
 def build_site(out):
-    """`mkdocs build --strict` into out, notebooks not executed (their stored outputs are what readers see)."""
+    """`mkdocs build --strict` into out, notebooks not executed (their stored outputs are what
+    readers see)."""
     env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "false", "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     problems = [line for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
-    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(problems or proc.stderr[-3000:])
+    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
+        problems or proc.stderr[-3000:]
+    )
     return out
 
 
@@ -102,25 +151,31 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 
 def serve(root):
     """An http server on 127.0.0.1 (a free port) in a thread; returns (server, base url)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def pages(site):
-    """{edition: [page paths relative to the site root, like '' or '02-embedding/' or 'en/lessons/embedding/']}."""
+    """{edition: [page paths relative to the site root, like '' or '02-embedding/' or
+    'en/lessons/embedding/']}."""
     found = {"zh": [], "en": []}
     for html in sorted(site.rglob("index.html")):
         rel = html.parent.relative_to(site).as_posix()
         rel = "" if rel == "." else rel + "/"
-        if rel.startswith(("assets/", "search/", "javascripts/", "stylesheets/", "figures/", "outputs/")):
+        if rel.startswith(
+            ("assets/", "search/", "javascripts/", "stylesheets/", "figures/", "outputs/")
+        ):
             continue
         found["en" if rel.startswith("en/") or rel == "en/" else "zh"].append(rel)
     return found
 
 
 class Anchors(HTMLParser):
-    """Every id in a page, and every href that points into a page (#x or page/#x), in the whole page."""
+    """Every id in a page, and every href that points into a page (#x or page/#x), in the whole
+    page."""
 
     def __init__(self):
         super().__init__()
@@ -137,7 +192,7 @@ class Anchors(HTMLParser):
             self.links.append(href)
 
 
-# ------------------------------------------------------------------------------------------------------- browser
+# ------------------------------------------------------------------------------------------ browser
 
 
 def start_browser(width, height=900, dark=False):
@@ -155,11 +210,15 @@ def start_browser(width, height=900, dark=False):
     browser = webdriver.Chrome(options=options, service=Service(executable_path=driver))
     browser.set_page_load_timeout(30)
     # the viewport, not the window, gets the width a phone would have
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
     if dark:
-        browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
-                                {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+        )
     return browser
 
 
@@ -175,7 +234,7 @@ const done = arguments[arguments.length - 1];
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   done(true);
 })();
-"""
+"""  # noqa: E501 (JavaScript run in the page, its comments aligned in columns)
 
 
 def load(browser, url):
@@ -192,14 +251,17 @@ def shot(browser, name):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / (re.sub(r"[^\w.-]+", "_", name).strip("_") + ".png")
     try:
-        data = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        data = browser.execute_cdp_cmd(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
+        )
         path.write_bytes(base64.b64decode(data["data"]))
-    except Exception:                                 # a driver without CDP: the screen only
+    except Exception:  # a driver without CDP: the screen only
         browser.save_screenshot(str(path))
     return path
 
 
-# What a page shows, measured in the browser: display formulas, code lines, the copy buttons, figures.
+# What a page shows, measured in the browser: display formulas, code lines, the copy buttons,
+# figures.
 MEASURE = """
 const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.width, r.height].map(Math.round); };
 const display = [...document.querySelectorAll("article div.arithmatex, article mjx-container[display='true']")]
@@ -306,7 +368,7 @@ for (const e of document.querySelectorAll(".md-copyright, .md-footer__direction,
 return {formulas, code, figures, bg, switcher, lesson, tables, math, labels,
         scheme: document.body.getAttribute("data-md-color-scheme"),
         width: document.documentElement.clientWidth, overflowX: document.documentElement.scrollWidth};
-"""
+"""  # noqa: E501 (JavaScript run in the page, its comments aligned in columns)
 
 
 PAINTED = """
@@ -319,13 +381,15 @@ img.scrollIntoView({block: "center"});
 
 
 def external(message, url):
-    """A request to another host failed: the test machine is offline (GitHub's API for the repository's stars)."""
+    """A request to another host failed: the test machine is offline (GitHub's API for the
+    repository's stars)."""
     m = re.match(r"(https?://[^/ ]+)\S* - Failed to load resource: net::", message)
     return bool(m) and not url.startswith(m.group(1))
 
 
 class Sweep:
-    """Every page of one edition at one width: measurements, JavaScript errors, screenshots of failing pages."""
+    """Every page of one edition at one width: measurements, JavaScript errors, screenshots of
+    failing pages."""
 
     def __init__(self, chrome, url, paths, width, dark=False):
         self.url, self.paths, self.width, self.dark = url, paths, width, dark
@@ -335,8 +399,11 @@ class Sweep:
             for path in paths:
                 load(self.browser, url + path)
                 result = self.browser.execute_script(MEASURE)
-                result["errors"] = [e["message"][:300] for e in self.browser.get_log("browser")
-                                    if e["level"] == "SEVERE" and not external(e["message"], url)]
+                result["errors"] = [
+                    e["message"][:300]
+                    for e in self.browser.get_log("browser")
+                    if e["level"] == "SEVERE" and not external(e["message"], url)
+                ]
                 self.results[path] = result
                 if dark and result["figures"]:
                     result["figure_pixels"] = [self.pixels(f) for f in result["figures"]]
@@ -350,7 +417,7 @@ class Sweep:
 
         from PIL import Image, ImageStat
 
-        for _ in range(3):                            # a large SVG may not be painted yet right after scrolling
+        for _ in range(3):  # a large SVG may not be painted yet right after scrolling
             element = self.browser.execute_async_script(PAINTED, figure["index"])
             stat = ImageStat.Stat(Image.open(BytesIO(element.screenshot_as_png)).convert("L"))
             mean, spread = round(stat.mean[0] / 255, 3), round(stat.stddev[0] / 255, 3)
@@ -367,19 +434,23 @@ class Sweep:
         self.browser.quit()
 
 
-# -------------------------------------------------------------------------------------------------------- fixtures
+# ----------------------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="session")
 def chrome():
     found = find_browser()
     if found is None:
-        message = ("no Chromium and chromedriver found (install Debian's chromium and chromium-driver, or set "
-                   "CHROME_BIN and CHROMEDRIVER)")
+        message = (
+            "no Chromium and chromedriver found (install Debian's chromium and chromium-driver, "
+            "or set CHROME_BIN and CHROMEDRIVER)"
+        )
         if IN_CI:
             pytest.fail(message + ": CI must run the browser tests (.ci/run installs them)")
         pytest.skip(message)
-    pytest.importorskip("selenium", reason="selenium is installed with the test extra: pip install -e '.[test]'")
+    pytest.importorskip(
+        "selenium", reason="selenium is installed with the test extra: pip install -e '.[test]'"
+    )
     return found
 
 
@@ -419,8 +490,12 @@ def sweep(chrome, url, site, all_pages):
         key = (edition, width, dark)
         if key not in _sweeps:
             paths = all_pages[edition]
-            if dark:                                  # dark mode is checked on the pages with figures
-                paths = [p for p in paths if "<img" in (site / p / "index.html").read_text().split("<article", 1)[-1]]
+            if dark:  # dark mode is checked on the pages with figures
+                paths = [
+                    p
+                    for p in paths
+                    if "<img" in (site / p / "index.html").read_text().split("<article", 1)[-1]
+                ]
             _sweeps[key] = Sweep(chrome, url, paths, width, dark)
         return _sweeps[key]
 
@@ -436,11 +511,15 @@ def report(sweep, problems, what):
         return
     shots = [str(sweep.shot(path, what)) for path in sorted({p for p, _ in problems})[:8]]
     lines = [f"{sweep.url}{path}: {problem}" for path, problem in problems]
-    pytest.fail(f"{len(problems)} problems ({what}, {sweep.width} px):\n" + "\n".join(lines[:40])
-                + "\nscreenshots: " + " ".join(shots))
+    pytest.fail(
+        f"{len(problems)} problems ({what}, {sweep.width} px):\n"
+        + "\n".join(lines[:40])
+        + "\nscreenshots: "
+        + " ".join(shots)
+    )
 
 
-# ------------------------------------------------------------------------------------------------------------ tests
+# -------------------------------------------------------------------------------------------- tests
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
@@ -454,10 +533,16 @@ def test_no_javascript_errors(sweep, edition):
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_every_display_formula_has_a_visible_size(sweep, edition, width):
     s = sweep(edition, width)
-    problems = [(p, f"formula {f['tex']!r} drawn {f['width']}x{f['height']} px"
-                 + ("" if f["rendered"] else " (not typeset)"))
-                for p, r in s.results.items() for f in r["formulas"]
-                if not f["rendered"] or f["width"] < 8 or f["height"] < 8]
+    problems = [
+        (
+            p,
+            f"formula {f['tex']!r} drawn {f['width']}x{f['height']} px"
+            + ("" if f["rendered"] else " (not typeset)"),
+        )
+        for p, r in s.results.items()
+        for f in r["formulas"]
+        if not f["rendered"] or f["width"] < 8 or f["height"] < 8
+    ]
     count = sum(len(r["formulas"]) for r in s.results.values())
     print(f"{edition} {width} px: {count} display formulas on {len(s.results)} pages")
     assert count > 0, "no display formula found: the measurement finds none"
@@ -467,29 +552,44 @@ def test_every_display_formula_has_a_visible_size(sweep, edition, width):
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_pages_fit_the_phone_screen(sweep, edition):
     s = sweep(edition, PHONE)
-    report(s, [(p, f"the page scrolls sideways: {r['overflowX']} px wide on a {r['width']} px screen")
-               for p, r in s.results.items() if r["overflowX"] > r["width"] + 1], "page-width")
+    report(
+        s,
+        [
+            (p, f"the page scrolls sideways: {r['overflowX']} px wide on a {r['width']} px screen")
+            for p, r in s.results.items()
+            if r["overflowX"] > r["width"] + 1
+        ],
+        "page-width",
+    )
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
-    """The book's code lines are at most 100 columns: at 1280 px each one shows whole. No text is under a copy button,
-    in a block that scrolls sideways too (the button has a lane of its own, the code scrolls left of it). On a
-    lesson page (a rendered notebook: its code cells and folded solutions) no code line scrolls sideways."""
+    """The book's code lines are at most 100 columns: at 1280 px each one shows whole. No text is
+    under a copy button, in a block that scrolls sideways too (the button has a lane of its own, the
+    code scrolls left of it). On a lesson page (a rendered notebook: its code cells and folded
+    solutions) no code line scrolls sideways."""
     s = sweep(edition, DESKTOP)
     problems, longer = [], []
     for p, r in s.results.items():
         for c in r["code"]:
-            if c["covered"]:                          # a block that scrolls too: its first lines pass the button
+            if c["covered"]:  # a block that scrolls too: its first lines pass the button
                 problems.append((p, f"the copy button covers {c['covered'][:3]}"))
             if c["longest"] > 100 and "lessons/" not in p:
                 longer.append(f"{p}: {c['longest']} columns: {c['first']!r}")
                 continue
             if c["scroll"] > c["client"] + 1:
-                problems.append((p, f"a {c['longest']}-column line overflows ({c['scroll']} > {c['client']} px): "
-                                    f"{c['first']!r}"))
+                problems.append(
+                    (
+                        p,
+                        f"a {c['longest']}-column line overflows ({c['scroll']} > {c['client']} "
+                        f"px): {c['first']!r}",
+                    )
+                )
     if longer:
-        print(f"lines over 100 columns scroll sideways ({len(longer)} blocks):\n" + "\n".join(longer))
+        print(
+            f"lines over 100 columns scroll sideways ({len(longer)} blocks):\n" + "\n".join(longer)
+        )
     assert sum(len(r["code"]) for r in s.results.values()) > 0
     report(s, problems, "code")
 
@@ -497,23 +597,28 @@ def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_lessons_use_the_whole_column(sweep, edition, width):
-    """A lesson's code cells and outputs are as wide as a chapter's text (no prompts eating the width), and an
-    output never breaks a number in two."""
+    """A lesson's code cells and outputs are as wide as a chapter's text (no prompts eating the
+    width), and an output never breaks a number in two."""
     s = sweep(edition, width)
     problems = []
     for p, r in s.results.items():
         lesson = r["lesson"]
         if lesson["narrowest"] is not None and lesson["narrowest"] < 0.97 * lesson["article"]:
-            problems.append((p, f"a cell {lesson['narrowest']} px wide in a {lesson['article']} px column"))
+            problems.append(
+                (p, f"a cell {lesson['narrowest']} px wide in a {lesson['article']} px column")
+            )
         if lesson["breaking"]:
-            problems.append((p, f"{lesson['breaking']} outputs wrap anywhere (word-break: break-all)"))
+            problems.append(
+                (p, f"{lesson['breaking']} outputs wrap anywhere (word-break: break-all)")
+            )
     assert any(r["lesson"]["narrowest"] for r in s.results.values()), "no lesson found"
     report(s, problems, "lesson")
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_figures_are_readable_in_dark_mode(sweep, edition):
-    """In dark mode a figure is drawn dark like the page (not a white box), and still has contrast to read."""
+    """In dark mode a figure is drawn dark like the page (not a white box), and still has contrast
+    to read."""
     s = sweep(edition, DESKTOP, dark=True)
     problems, count = [], 0
     for p, r in s.results.items():
@@ -521,7 +626,9 @@ def test_figures_are_readable_in_dark_mode(sweep, edition):
         for f, (mean, spread) in zip(r["figures"], r.get("figure_pixels", [])):
             count += 1
             if mean > 0.5:
-                problems.append((p, f"{f['src']}: a bright box on a dark page (mean luminance {mean})"))
+                problems.append(
+                    (p, f"{f['src']}: a bright box on a dark page (mean luminance {mean})")
+                )
             elif spread < 0.05:
                 problems.append((p, f"{f['src']}: no contrast (spread {spread})"))
     print(f"{edition}: {count} figures checked in dark mode")
@@ -531,21 +638,30 @@ def test_figures_are_readable_in_dark_mode(sweep, edition):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_figures_are_shown_at_a_readable_size(sweep, edition):
-    """At 1280 px no figure is squeezed below 60 % of its own width while the column has room for more."""
+    """At 1280 px no figure is squeezed below 60 % of its own width while the column has room for
+    more."""
     s = sweep(edition, DESKTOP)
-    problems = [(p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
-                for p, r in s.results.items() for f in r["figures"]
-                if f["box"][2] < 0.6 * f["natural"] and f["box"][2] < 700]
+    problems = [
+        (p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
+        for p, r in s.results.items()
+        for f in r["figures"]
+        if f["box"][2] < 0.6 * f["natural"] and f["box"][2] < 700
+    ]
     report(s, problems, "figure-size")
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_figures_keep_their_own_size_on_the_phone(sweep, edition):
-    """At 390 px a figure is shown at its own size and scrolls sideways: squeezed into the column, a diagram's
-    labels are 4 px tall. (test_pages_fit_the_phone_screen checks that the page itself still does not scroll.)"""
+    """At 390 px a figure is shown at its own size and scrolls sideways: squeezed into the column, a
+    diagram's labels are 4 px tall. (test_pages_fit_the_phone_screen checks that the page itself
+    still does not scroll.)"""
     s = sweep(edition, PHONE)
-    problems = [(p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
-                for p, r in s.results.items() for f in r["figures"] if f["box"][2] < 0.95 * f["natural"]]
+    problems = [
+        (p, f"{f['src']}: {f['box'][2]} px of its {f['natural']} px")
+        for p, r in s.results.items()
+        for f in r["figures"]
+        if f["box"][2] < 0.95 * f["natural"]
+    ]
     assert any(r["figures"] for r in s.results.values()), "no figure found"
     report(s, problems, "figure-size-phone")
 
@@ -553,42 +669,61 @@ def test_figures_keep_their_own_size_on_the_phone(sweep, edition):
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_tables_are_readable_and_never_cut_off(sweep, edition, width):
-    """Every table, a lesson's too, has Material's table look: a border, a rule between rows, cells padded apart (a
-    lesson table once showed "262,2082,560", its cells glued, when MathJax's marking gave it a class). A table
-    wider than the column scrolls; none is cut off with no way to see the rest."""
+    """Every table, a lesson's too, has Material's table look: a border, a rule between rows, cells
+    padded apart (a lesson table once showed "262,2082,560", its cells glued, when MathJax's marking
+    gave it a class). A table wider than the column scrolls; none is cut off with no way to see the
+    rest."""
     s = sweep(edition, width)
     problems = []
     for p, r in s.results.items():
         for t in r["tables"]:
             if t["border"] < 1 or t["rule"] < 1:
-                problems.append((p, f"table {t['text']!r} has no border or no rules between rows: not styled"))
+                problems.append(
+                    (p, f"table {t['text']!r} has no border or no rules between rows: not styled")
+                )
             if t["padding"] < 12 or t["gap"] < 8:
-                problems.append((p, f"table {t['text']!r}: cells {t['gap']} px apart, padded {t['padding']} px"))
+                problems.append(
+                    (p, f"table {t['text']!r}: cells {t['gap']} px apart, padded {t['padding']} px")
+                )
             if t["cut"]:
-                problems.append((p, f"table {t['text']!r} is cut off by .{t['cut']}, which gives no scrollbar"))
+                problems.append(
+                    (p, f"table {t['text']!r} is cut off by .{t['cut']}, which gives no scrollbar")
+                )
     lesson_tables = sum(len(r["tables"]) for p, r in s.results.items() if "lessons/" in p)
-    print(f"{edition} {width} px: {sum(len(r['tables']) for r in s.results.values())} tables, {lesson_tables} in lessons")
+    print(
+        f"{edition} {width} px: {sum(len(r['tables']) for r in s.results.values())} "
+        f"tables, {lesson_tables} in lessons"
+    )
     assert lesson_tables, "no table found in a lesson: the measurement finds none"
     report(s, problems, "table")
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_phone_formulas_keep_their_size_and_scroll(sweep, edition):
-    """At 390 px every formula, inline or displayed, a chapter's or a lesson's, is drawn at its own size (a long one
-    was squeezed to 43 %, its glyphs 7 px, a lesson's display formulas to 53-80 %) and one wider than the column
-    scrolls sideways instead of being cut off."""
+    """At 390 px every formula, inline or displayed, a chapter's or a lesson's, is drawn at its own
+    size (a long one was squeezed to 43 %, its glyphs 7 px, a lesson's display formulas to 53-80 %)
+    and one wider than the column scrolls sideways instead of being cut off."""
     s = sweep(edition, PHONE)
     problems, kinds, wide = [], {}, 0
     for p, r in s.results.items():
         for m in r["math"]:
-            kind = ("a lesson's " if m["lesson"] else "") + ("display" if m["display"] else "inline")
+            kind = ("a lesson's " if m["lesson"] else "") + (
+                "display" if m["display"] else "inline"
+            )
             kinds[kind] = kinds.get(kind, 0) + 1
             wide += m["width"] > r["width"] - 32
             if m["scale"] < 0.95 or m["font"] < 10:
-                problems.append((p, f"{kind} formula {m['tex']!r} drawn at {m['scale']:.0%} of its size "
-                                    f"({m['font']} px)"))
+                problems.append(
+                    (
+                        p,
+                        f"{kind} formula {m['tex']!r} drawn at {m['scale']:.0%} of its size "
+                        f"({m['font']} px)",
+                    )
+                )
             if m["cut"]:
-                problems.append((p, f"{kind} formula {m['tex']!r} is cut off by .{m['cut']}, no scrollbar"))
+                problems.append(
+                    (p, f"{kind} formula {m['tex']!r} is cut off by .{m['cut']}, no scrollbar")
+                )
     print(f"{edition}: formulas at 390 px {kinds}, {wide} wider than the column")
     for kind in ("inline", "display", "a lesson's display", "a lesson's inline"):
         assert kinds.get(kind), f"no {kind} formula found: the measurement finds none"
@@ -596,14 +731,16 @@ def test_phone_formulas_keep_their_size_and_scroll(sweep, edition):
 
 
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
-NO_ALT = "No description has been provided for this image"      # nbconvert's stand-in for an image with no alt
+# nbconvert's stand-in for an image with no alt
+NO_ALT = "No description has been provided for this image"
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_the_pages_labels_speak_the_editions_language(sweep, edition):
-    """The words around the text are the edition's: every tooltip, label and image description (the palette toggle,
-    the permalinks, the copy buttons, a lesson figure's alt text), the footer and a lesson cell's tag. On a zh page
-    each holds Chinese, on an en page none does, and no image has nbconvert's "No description" stand-in."""
+    """The words around the text are the edition's: every tooltip, label and image description (the
+    palette toggle, the permalinks, the copy buttons, a lesson figure's alt text), the footer and a
+    lesson cell's tag. On a zh page each holds Chinese, on an en page none does, and no image has
+    nbconvert's "No description" stand-in."""
     s = sweep(edition, DESKTOP)
     problems, seen = [], set()
     for p, r in s.results.items():
@@ -616,17 +753,23 @@ def test_the_pages_labels_speak_the_editions_language(sweep, edition):
                 problems.append((p, f"{where} in English on a Chinese page: {text!r}"))
             elif edition == "en" and CJK.search(text):
                 problems.append((p, f"{where} in Chinese on an English page: {text!r}"))
-    expected = {("title", "label"): "the palette toggle", ("title", "a"): "a permalink", ("alt", "img"): "a figure",
-                ("aria-label", "clipboard-copy"): "a lesson's copy button", ("text", "cell-tag"): "an exercise's tag",
-                ("text", "md-copyright"): "the footer"}
+    expected = {
+        ("title", "label"): "the palette toggle",
+        ("title", "a"): "a permalink",
+        ("alt", "img"): "a figure",
+        ("aria-label", "clipboard-copy"): "a lesson's copy button",
+        ("text", "cell-tag"): "an exercise's tag",
+        ("text", "md-copyright"): "the footer",
+    }
     missing = [what for key, what in expected.items() if key not in seen]
     assert not missing, f"not found on any page, so not checked: {missing}"
     problems = sorted(set(problems))
     report(s, problems, "labels")
 
 
-# What a reader sees of the page's text on a phone, every folded block opened: TeX that MathJax left as it was
-# (outside code), the size of each code block's font, and file names in tables broken inside a word.
+# What a reader sees of the page's text on a phone, every folded block opened: TeX that MathJax left
+# as it was (outside code), the size of each code block's font, and file names in tables broken
+# inside a word.
 READ = r"""
 document.querySelectorAll("article details").forEach(d => { d.open = true; });
 const raw = [];
@@ -642,14 +785,14 @@ const fonts = [...document.querySelectorAll("article pre > code")].filter(c => c
 const broken = [...document.querySelectorAll("article table code")].filter(c => c.offsetParent)
   .filter(c => getComputedStyle(c).wordBreak !== "normal").map(c => c.textContent.slice(0, 40));
 return {raw, fonts, broken, typeset: document.querySelectorAll("article mjx-container").length};
-"""
+"""  # noqa: E501 (JavaScript run in the page, its comments aligned in columns)
 
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_phone_readers_see_typeset_formulas_and_readable_code(sweep, url, all_pages, edition):
-    """On every page at 390 px, the solutions opened: no raw TeX ($…$ or \\( of a lesson's markdown cells that
-    MathJax did not typeset), no code block in a font under 10 px (a solution's code inside its admonition), no
-    name in a table that may break inside a word."""
+    """On every page at 390 px, the solutions opened: no raw TeX ($…$ or \\( of a lesson's markdown
+    cells that MathJax did not typeset), no code block in a font under 10 px (a solution's code
+    inside its admonition), no name in a table that may break inside a word."""
     s = sweep(edition, PHONE)
     problems, typeset = [], {}
     for path in all_pages[edition]:
@@ -657,12 +800,23 @@ def test_phone_readers_see_typeset_formulas_and_readable_code(sweep, url, all_pa
         r = s.browser.execute_script(READ)
         typeset[path] = r["typeset"]
         problems += [(path, f"raw TeX: {t!r}") for t in r["raw"][:3]]
-        problems += [(path, f"code in a {size:.1f} px font: {text!r}") for size, text in r["fonts"] if size < 10][:3]
-        problems += [(path, f"a table's name may break inside a word: {t!r}") for t in r["broken"][:3]]
+        problems += [
+            (path, f"code in a {size:.1f} px font: {text!r}")
+            for size, text in r["fonts"]
+            if size < 10
+        ][:3]
+        problems += [
+            (path, f"a table's name may break inside a word: {t!r}") for t in r["broken"][:3]
+        ]
     lessons = [p for p in typeset if "lessons/" in p]
     assert lessons, "no lesson found"
     if not any(typeset[p] for p in lessons):
-        problems.append((lessons[0], f"no formula typeset on any lesson: {dict((p, typeset[p]) for p in lessons)}"))
+        problems.append(
+            (
+                lessons[0],
+                f"no formula typeset on any lesson: {dict((p, typeset[p]) for p in lessons)}",
+            )
+        )
     report(s, problems, "read-phone")
 
 
@@ -696,11 +850,12 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
   const marks = [...document.querySelectorAll(".md-search-result mark")].map(e => e.textContent);
   done({meta: meta(), pages: items(), snippets, marks});
 })();
-"""
+"""  # noqa: E501 (JavaScript run in the page, its comments aligned in columns)
 
 
 def search(browser, query):
-    """What the open page's search box shows for query: {'meta': 'N matching documents', 'pages': [paths]}."""
+    """What the open page's search box shows for query: {'meta': 'N matching documents', 'pages':
+    [paths]}."""
     browser.set_script_timeout(30)
     return browser.execute_async_script(SEARCH_JS, query)
 
@@ -719,15 +874,25 @@ def test_search_finds_words_in_their_forms_and_stays_in_its_edition(sweep, url, 
         wrong = [p for p in pages_ if p.startswith(en_root) != (edition == "en")]
         if wrong:
             problems.append(("", f"{query!r} shows pages of the other edition: {wrong[:3]}"))
-        raw = re.findall(r"\\[(\[].{0,20}|\$[^$]{0,40}\\[A-Za-z]+.{0,10}|\$\$.{0,20}", found["snippets"])
+        raw = re.findall(
+            r"\\[(\[].{0,20}|\$[^$]{0,40}\\[A-Za-z]+.{0,10}|\$\$.{0,20}", found["snippets"]
+        )
         if raw:
             problems.append(("", f"{query!r}: snippets show raw TeX: {raw[:3]}"))
         for char, name in (("\u00b6", "a heading's ¶"), ("\u200b", "zero-width spaces")):
             if char in found["snippets"]:
-                problems.append(("", f"{query!r}: results show {name} ({found['snippets'].count(char)})"))
+                problems.append(
+                    ("", f"{query!r}: results show {name} ({found['snippets'].count(char)})")
+                )
         broken = [m for m in found["marks"] if re.search(r"[<>]", m)]
         if broken:
-            problems.append(("", f"{query!r}: a result marks {broken[:3]}: its markup broke (a word marked twice)"))
+            problems.append(
+                (
+                    "",
+                    f"{query!r}: a result marks {broken[:3]}: its markup broke (a word marked "
+                    "twice)",
+                )
+            )
         if (edition, query) in EXPECT_NONE:
             continue
         if not pages_:
@@ -737,15 +902,21 @@ def test_search_finds_words_in_their_forms_and_stays_in_its_edition(sweep, url, 
             found_base = sorted(set(search(s.browser, base)["pages"]))
             wanted = sorted(urlsplit(url).path + e for e in expected)
             if not set(wanted) <= set(pages_) or pages_ != found_base:
-                problems.append(("", f"{query!r} finds {pages_}; {base!r} finds {found_base}; both must, and "
-                                     f"include {wanted}"))
+                problems.append(
+                    (
+                        "",
+                        f"{query!r} finds {pages_}; {base!r} finds {found_base}; both must, and "
+                        f"include {wanted}",
+                    )
+                )
     if problems:
         shot(s.browser, f"search_{edition}")
     assert not problems, "\n".join(p for _, p in problems)
 
 
 def test_language_switcher_lands_on_the_twin_page(sweep, url, all_pages):
-    """On every page of both editions the switcher points at the twin page; clicking it lands there."""
+    """On every page of both editions the switcher points at the twin page; clicking it lands
+    there."""
     base = urlsplit(url).path
     problems = []
     for edition, other in (("zh", "en"), ("en", "zh")):
@@ -755,9 +926,12 @@ def test_language_switcher_lands_on_the_twin_page(sweep, url, all_pages):
             if href is None:
                 problems.append(f"{here or 'home'}: no link to the {other} edition")
             elif urlsplit(href).path != base + twin:
-                problems.append(f"{here or 'home'}: the switcher points at {urlsplit(href).path}, not {base + twin}")
+                problems.append(
+                    f"{here or 'home'}: the switcher points at {urlsplit(href).path}, "
+                    f"not {base + twin}"
+                )
     s = sweep("zh", DESKTOP)
-    page = next(p for p in all_pages["zh"] if p)                  # a real click, through Material's handlers
+    page = next(p for p in all_pages["zh"] if p)  # a real click, through Material's handlers
     load(s.browser, url + page)
     s.browser.execute_script("document.querySelector(`.md-select a[hreflang='en']`).click()")
     for _ in range(50):
@@ -780,7 +954,8 @@ def _anchors(site, rel):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_every_anchor_in_the_built_pages_resolves(site, all_pages, edition):
-    """Every href with a #fragment (table of contents, permalinks, footnotes, cross-references) finds its id."""
+    """Every href with a #fragment (table of contents, permalinks, footnotes, cross-references)
+    finds its id."""
     cache, problems, checked = {}, [], 0
     for rel in all_pages[edition]:
         page = _anchors(site, rel)
@@ -798,6 +973,7 @@ def test_every_anchor_in_the_built_pages_resolves(site, all_pages, edition):
                 cache[target] = _anchors(site, target)
             checked += 1
             from urllib.parse import unquote
+
             if unquote(fragment) not in cache[target].ids:
                 problems.append(f"{rel or 'home'}: {href} goes nowhere")
     print(f"{edition}: {checked} anchors checked on {len(all_pages[edition])} pages")
@@ -807,7 +983,8 @@ def test_every_anchor_in_the_built_pages_resolves(site, all_pages, edition):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_headings_get_readable_anchors(site, all_pages, edition):
-    """A heading's anchor says what it is (#小结), never a number (#_1) that means nothing when shared."""
+    """A heading's anchor says what it is (#小结), never a number (#_1) that means nothing when
+    shared."""
     bad = []
     for rel in all_pages[edition]:
         html = (site / rel / "index.html").read_text()
@@ -817,7 +994,9 @@ def test_headings_get_readable_anchors(site, all_pages, edition):
 
 def test_each_edition_has_its_own_404_page(site, url, chrome, sweep):
     zh, en = (site / "404.html").read_text(), (site / "en" / "404.html").read_text()
-    assert '<html lang="zh"' in zh and "找不到" in zh, "the 404 page at the root is not the Chinese one"
+    assert '<html lang="zh"' in zh and "找不到" in zh, (
+        "the 404 page at the root is not the Chinese one"
+    )
     assert '<html lang="en"' in en and "Page not found" in en, "en/404.html is not the English one"
     s = sweep("zh", DESKTOP)
     base = urlsplit(url).path
@@ -828,6 +1007,10 @@ def test_each_edition_has_its_own_404_page(site, url, chrome, sweep):
         errors = [e["message"] for e in s.browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, f"{path}: {errors}"
         switcher = s.browser.execute_script(
-            "return [...document.querySelectorAll('.md-select a[hreflang]')].map(a => [a.hreflang, a.href])")
+            "return [...document.querySelectorAll('.md-select a[hreflang]')].map(a => [a.hreflang, "
+            "a.href])"
+        )
         links = {lang: urlsplit(href).path for lang, href in switcher}
-        assert links == homes, f"{path}: the language switcher links {links}, not each edition's home {homes}"
+        assert links == homes, (
+            f"{path}: the language switcher links {links}, not each edition's home {homes}"
+        )

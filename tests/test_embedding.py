@@ -1,4 +1,5 @@
 """qwen/embedding.py: a lookup on the way in, the same table on the way out."""
+
 import torch
 
 from qwen.embedding import Embedding, LMHead
@@ -22,7 +23,7 @@ def test_head_is_the_same_parameter_and_scores_every_row():
     h = torch.randn(2, 3, 4)
     assert torch.allclose(head(h), torch.einsum("btd,vd->btv", h, emb.weight))
     with torch.no_grad():
-        emb.weight[5] = 0                              # change the table: the head sees it at once
+        emb.weight[5] = 0  # change the table: the head sees it at once
     assert torch.equal(head(h)[..., 5], torch.zeros(2, 3))
 
 

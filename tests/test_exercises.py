@@ -1,6 +1,8 @@
-"""The chapters' exercises: every check fails on the page's placeholder and on a typical wrong answer, and passes
-with the solution; every chapter page ends with its exercises (placeholder blocks that say "not solved yet", solution
-blocks that pass) and then its references, the same code in both editions."""
+"""The chapters' exercises: every check fails on the page's placeholder and on a typical wrong
+answer, and passes with the solution; every chapter page ends with its exercises (placeholder blocks
+that say "not solved yet", solution blocks that pass) and then its references, the same code in both
+editions."""
+
 import contextlib
 import io
 import math
@@ -23,7 +25,10 @@ from qwen.rope import apply_rope
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p.name for p in (ROOT / "docs" / "en").glob("[01][0-9]-*.md"))
-HEADINGS = {"zh": ("## 小结", "## 练习", "## 参考文献"), "en": ("## Summary", "## Exercises", "## References")}
+HEADINGS = {
+    "zh": ("## 小结", "## 练习", "## 参考文献"),
+    "en": ("## Summary", "## Exercises", "## References"),
+}
 SOLUTION = {"zh": '??? success "参考答案"', "en": '??? success "Solution"'}
 SAID = {"zh": ("还没做", "通过 ✅"), "en": ("not solved yet", "passed ✅")}
 FENCE = re.compile(r"^( *)```python\n(.*?)^\1```$", re.M | re.S)
@@ -45,6 +50,7 @@ def tiny_model_env():
 def model(tiny_model_env):
     from qwen.model import Qwen
     from qwen.weights import Config, load, load_weights
+
     return load(Qwen(Config.load(tiny.path())), load_weights(tiny.path())).requires_grad_(False)
 
 
@@ -56,22 +62,30 @@ def quiet(fn, *args, **kwargs):
     return result, out.getvalue()
 
 
-# ------------------------------------------------------------------------------------------- the pages
+# ---------------------------------------------------------------------------------------- the pages
 def exercises_section(lang, page):
     text = (ROOT / "docs" / lang / page).read_text()
     start = text.index(HEADINGS[lang][1] + "\n")
-    return text[start:text.index(HEADINGS[lang][2] + "\n", start)]
+    return text[start : text.index(HEADINGS[lang][2] + "\n", start)]
 
 
 def blocks(lang, page):
-    """(exercise blocks, solution blocks) of a page's exercises, solutions with their snippets expanded."""
+    """(exercise blocks, solution blocks) of a page's exercises, solutions with their snippets
+    expanded."""
     section = exercises_section(lang, page)
-    md = markdown.Markdown(extensions=[SnippetExtension(base_path=[str(ROOT)], check_paths=True,
-                                                        dedent_subsections=True)])
+    md = markdown.Markdown(
+        extensions=[
+            SnippetExtension(base_path=[str(ROOT)], check_paths=True, dedent_subsections=True)
+        ]
+    )
     expanded = "\n".join(md.preprocessors["snippet"].run(section.split("\n")))
     found = [(m[1], m[2]) for m in FENCE.finditer(expanded)]
     tasks = [code for indent, code in found if not indent]
-    solutions = ["\n".join(line[4:] for line in code.split("\n")) for indent, code in found if indent == "    "]
+    solutions = [
+        "\n".join(line[4:] for line in code.split("\n"))
+        for indent, code in found
+        if indent == "    "
+    ]
     return tasks, solutions
 
 
@@ -95,8 +109,12 @@ def test_chapter_ends_with_summary_exercises_then_references_in_both_editions(pa
         section = exercises_section(lang, page)
         tasks, solutions = blocks(lang, page)
         assert 2 <= len(tasks) <= 3 and len(solutions) == len(tasks), f"{lang}/{page}"
-        assert section.count(SOLUTION[lang]) == len(tasks), f"{lang}/{page}: one collapsed solution per exercise"
-        assert all("TODO(" in code for code in tasks), f"{lang}/{page}: each exercise holds a placeholder"
+        assert section.count(SOLUTION[lang]) == len(tasks), (
+            f"{lang}/{page}: one collapsed solution per exercise"
+        )
+        assert all("TODO(" in code for code in tasks), (
+            f"{lang}/{page}: each exercise holds a placeholder"
+        )
 
 
 @pytest.mark.parametrize("page", CHAPTERS)
@@ -109,7 +127,8 @@ def test_editions_share_the_exercise_code(page):
 
 @pytest.mark.parametrize("page", CHAPTERS)
 def test_page_placeholders_say_not_solved_and_solutions_pass(page, lang="en"):
-    """The English blocks run here; the Chinese ones are the same code (above), with verdicts in Chinese (below)."""
+    """The English blocks run here; the Chinese ones are the same code (above), with verdicts in
+    Chinese (below)."""
     tasks, solutions = blocks(lang, page)
     not_done, passed = SAID[lang]
     for code in tasks:
@@ -129,25 +148,29 @@ def placeholder(page, name):
     raise LookupError(f"{page} has no exercise defining {name}")
 
 
-# ------------------------------------------------------------------------------------------- typical wrong answers
-def _wrong_rmsnorm(x, w, eps=1e-6):                       # the 1 + dropped
+# ---------------------------------------------------------------------------- typical wrong answers
+def _wrong_rmsnorm(x, w, eps=1e-6):  # the 1 + dropped
     x32 = x.float()
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def _wrong_gated(x, z, w, eps=1e-6):                      # chapter 3's 1 + carried over
+def _wrong_gated(x, z, w, eps=1e-6):  # chapter 3's 1 + carried over
     return (1 + w) * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * F.silu(z)
 
 
-def _wrong_split(y, n_head, head_dim):                    # all queries first, then all gates
+def _wrong_split(y, n_head, head_dim):  # all queries first, then all gates
     B, T, _ = y.shape
     q, gate = y.chunk(2, dim=-1)
     return q.reshape(B, T, n_head, head_dim), gate
 
 
-def _wrong_decode(q, k, v, g, beta, cut):                 # the recurrence restarts from an empty state
-    o1, _ = chunk_gated_delta_rule(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], g[:, :, :cut], beta[:, :, :cut])
-    o2, S = recurrent_gated_delta_rule(q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], g[:, :, cut:], beta[:, :, cut:])
+def _wrong_decode(q, k, v, g, beta, cut):  # the recurrence restarts from an empty state
+    o1, _ = chunk_gated_delta_rule(
+        q[:, :, :cut], k[:, :, :cut], v[:, :, :cut], g[:, :, :cut], beta[:, :, :cut]
+    )
+    o2, S = recurrent_gated_delta_rule(
+        q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], g[:, :, cut:], beta[:, :, cut:]
+    )
     return torch.cat([o1, o2], dim=2), S
 
 
@@ -156,7 +179,7 @@ def _wrong_post_norm(x, norm1, mixer, norm2, mlp):
     return norm2(h + mlp(h))
 
 
-def _wrong_lens(model, ids):                              # skips the final norm
+def _wrong_lens(model, ids):  # skips the final norm
     cos, sin = model.rotary_emb(torch.arange(ids.shape[1]))
     x, logits = model.embed_tokens(ids), []
     for layer in model.layers:
@@ -166,21 +189,21 @@ def _wrong_lens(model, ids):                              # skips the final norm
     return torch.softmax(logits, -1)[:, logits[-1].argmax()]
 
 
-def _wrong_bpe(piece, ranks):                             # merges the leftmost mergeable pair
+def _wrong_bpe(piece, ranks):  # merges the leftmost mergeable pair
     parts = [bytes([b]) for b in piece]
     merged = True
     while merged:
         merged = False
         for i in range(len(parts) - 1):
             if parts[i] + parts[i + 1] in ranks:
-                parts[i:i + 2] = [parts[i] + parts[i + 1]]
+                parts[i : i + 2] = [parts[i] + parts[i + 1]]
                 merged = True
                 break
     return parts
 
 
 @torch.no_grad()
-def _forgetful_greedy(model, ids, n):                     # the cache never sees the prompt's last token
+def _forgetful_greedy(model, ids, n):  # the cache never sees the prompt's last token
     cache, out = Cache(model.cfg), []
     x = torch.tensor([ids[:-1]])
     for _ in range(n):
@@ -197,100 +220,283 @@ def _rotate_half(x, angle):
 
 # page, check, solution, typical wrong answers, needs (model, ids)
 CASES = [
-    ("01-weights.md", ex.check_ch01_short_name, sol.short_name, [lambda n: n.removeprefix("model.")], False),
-    ("01-weights.md", ex.check_ch01_count, sol.count_parameters,
-     [lambda state: sum(t.numel() for t in state.values())], False),
-    ("02-embedding.md", ex.check_ch02_nearest, sol.nearest,
-     [lambda E, i, k: (E @ E[i]).topk(k + 1).indices[1:]], False),
-    ("02-embedding.md", ex.check_ch02_own_row_wins, sol.own_row_wins,
-     [lambda E: torch.ones(len(E), dtype=torch.bool)], False),
+    (
+        "01-weights.md",
+        ex.check_ch01_short_name,
+        sol.short_name,
+        [lambda n: n.removeprefix("model.")],
+        False,
+    ),
+    (
+        "01-weights.md",
+        ex.check_ch01_count,
+        sol.count_parameters,
+        [lambda state: sum(t.numel() for t in state.values())],
+        False,
+    ),
+    (
+        "02-embedding.md",
+        ex.check_ch02_nearest,
+        sol.nearest,
+        [lambda E, i, k: (E @ E[i]).topk(k + 1).indices[1:]],
+        False,
+    ),
+    (
+        "02-embedding.md",
+        ex.check_ch02_own_row_wins,
+        sol.own_row_wins,
+        [lambda E: torch.ones(len(E), dtype=torch.bool)],
+        False,
+    ),
     ("03-norm.md", ex.check_ch03_rmsnorm, sol.rmsnorm, [_wrong_rmsnorm], False),
     ("03-norm.md", ex.check_ch03_gated, sol.gated_rmsnorm, [_wrong_gated], False),
     ("04-rope.md", ex.check_ch04_interleaved, sol.rope_interleaved, [_rotate_half], False),
-    ("04-rope.md", ex.check_ch04_wavelengths, sol.wavelengths,
-     [lambda hd, f, theta: 2 * math.pi * theta ** (torch.arange(hd // 2, dtype=torch.float64) * 2 / hd)], False),
-    ("05-attention.md", ex.check_ch05_expand_kv, sol.expand_kv,
-     [lambda k, nh: k.repeat(1, nh // k.shape[1], 1, 1)], False),
+    (
+        "04-rope.md",
+        ex.check_ch04_wavelengths,
+        sol.wavelengths,
+        [
+            lambda hd, f, theta: (
+                2 * math.pi * theta ** (torch.arange(hd // 2, dtype=torch.float64) * 2 / hd)
+            )
+        ],
+        False,
+    ),
+    (
+        "05-attention.md",
+        ex.check_ch05_expand_kv,
+        sol.expand_kv,
+        [lambda k, nh: k.repeat(1, nh // k.shape[1], 1, 1)],
+        False,
+    ),
     ("05-attention.md", ex.check_ch05_split, sol.split_query_gate, [_wrong_split], False),
-    ("06-deltanet.md", ex.check_ch06_delta_step, sol.delta_step,
-     [lambda S, k, v, alpha, beta: alpha * S + beta * torch.outer(k, v)], False),
-    ("06-deltanet.md", ex.check_ch06_gates, sol.gates,
-     [lambda a, b, A_log, dt: (-A_log.exp() * (a.float() + dt), b.sigmoid().float())], False),
-    ("07-chunked.md", ex.check_ch07_decay_matrix, sol.decay_matrix,
-     [lambda g: (g.cumsum(0)[None, :] - g.cumsum(0)[:, None]).exp().tril()], False),
-    ("07-chunked.md", ex.check_ch07_prefill_then_decode, sol.prefill_then_decode, [_wrong_decode], False),
-    ("08-mlp.md", ex.check_ch08_swiglu, sol.swiglu,
-     [lambda x, Wg, Wu, Wd: ((x @ Wg.T) * F.silu(x @ Wu.T)) @ Wd.T], False),
-    ("08-mlp.md", ex.check_ch08_matching_width, sol.matching_width, [lambda d, c: 3 * c / 2], False),
+    (
+        "06-deltanet.md",
+        ex.check_ch06_delta_step,
+        sol.delta_step,
+        [lambda S, k, v, alpha, beta: alpha * S + beta * torch.outer(k, v)],
+        False,
+    ),
+    (
+        "06-deltanet.md",
+        ex.check_ch06_gates,
+        sol.gates,
+        [lambda a, b, A_log, dt: (-A_log.exp() * (a.float() + dt), b.sigmoid().float())],
+        False,
+    ),
+    (
+        "07-chunked.md",
+        ex.check_ch07_decay_matrix,
+        sol.decay_matrix,
+        [lambda g: (g.cumsum(0)[None, :] - g.cumsum(0)[:, None]).exp().tril()],
+        False,
+    ),
+    (
+        "07-chunked.md",
+        ex.check_ch07_prefill_then_decode,
+        sol.prefill_then_decode,
+        [_wrong_decode],
+        False,
+    ),
+    (
+        "08-mlp.md",
+        ex.check_ch08_swiglu,
+        sol.swiglu,
+        [lambda x, Wg, Wu, Wd: ((x @ Wg.T) * F.silu(x @ Wu.T)) @ Wd.T],
+        False,
+    ),
+    (
+        "08-mlp.md",
+        ex.check_ch08_matching_width,
+        sol.matching_width,
+        [lambda d, c: 3 * c / 2],
+        False,
+    ),
     ("09-model.md", ex.check_ch09_decoder_layer, sol.decoder_layer, [_wrong_post_norm], False),
     ("09-model.md", ex.check_ch09_logit_lens, sol.logit_lens, [_wrong_lens], True),
     ("10-tokenizer.md", ex.check_ch10_stored_form, sol.stored_form, [lambda text: text], False),
     ("10-tokenizer.md", ex.check_ch10_bpe, sol.bpe, [_wrong_bpe], False),
-    ("11-generation.md", ex.check_ch11_top_p, sol.top_p_keep, [lambda probs, p: probs.cumsum(0) < p], False),
+    (
+        "11-generation.md",
+        ex.check_ch11_top_p,
+        sol.top_p_keep,
+        [lambda probs, p: probs.cumsum(0) < p],
+        False,
+    ),
     ("11-generation.md", ex.check_ch11_cached_greedy, sol.greedy, [_forgetful_greedy], True),
-    ("12-chat.md", ex.check_ch12_render, sol.render,
-     [lambda messages, thinking=False: sol.render(messages, True)], False),
-    ("12-chat.md", ex.check_ch12_reusable, sol.reusable_prefix,
-     [lambda a, b: len(a) if b[:len(a)] == a else 0], False),
-    ("13-measuring.md", ex.check_ch13_decode_ceiling, sol.decode_ceiling,
-     [lambda P, b, gbps, gflops, B: gbps * 1e9 / (P * b),                        # the batch left out
-      lambda P, b, gbps, gflops, B: B * gbps * 1e9 / (P * b),                    # no arithmetic limit
-      lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / P, gflops * 1e9 / (2 * P)),   # bytes per weight
-      lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / (P * b), gflops * 1e9 / P),   # 1 FLOP per weight
-      lambda P, b, gbps, gflops, B: min(gbps * 1e9 / (P * b), gflops * 1e9 / (2 * P * B))],   # per sequence
-     False),
-    ("13-measuring.md", ex.check_ch13_ridge_batch, sol.ridge_batch,
-     [lambda b, gbps, gflops: gflops / gbps,                                     # right for bf16 only
-      lambda b, gbps, gflops: gflops / (2 * gbps),                               # bytes per weight left out
-      lambda b, gbps, gflops: gflops * b / gbps,                                 # 2 FLOP per weight left out
-      lambda b, gbps, gflops: gbps / gflops], False),
-    ("14-loading.md", ex.check_ch14_copies, sol.copies,
-     [lambda: dict.fromkeys(ex.COPIES, True),                                    # everything copies
-      lambda: dict.fromkeys(ex.COPIES, False),                                   # nothing does
-      lambda: {**sol.copies(), "w.to(torch.bfloat16)": True, "w.contiguous()": True},   # .to, .contiguous always
-      lambda: {**sol.copies(), "w.T.reshape(24)": False, "w[:, :3].reshape(12)": False},  # reshape never copies
-      lambda: {**sol.copies(), "w.T": True}], False),                            # a transpose moves data
-    ("14-loading.md", ex.check_ch14_join, sol.join,
-     [lambda ws: (torch.cat(list(ws.values())), list(ws)),                       # a copy, in the dict's order
-      lambda ws: (torch.cat([ws[n] for n in sorted(ws)]), sorted(ws)),           # a copy, by name
-      lambda ws: (lambda ts: (torch.cat([t for _, t in ts]), [n for n, _ in ts]))(   # storage order, but a copy
-          sorted(ws.items(), key=lambda kv: kv[1].data_ptr())),
-      lambda ws: (lambda ts: (ts[0][1].as_strided((sum(t.shape[0] for _, t in ts), ts[0][1].shape[1]),  # a view,
-                                                  (ts[0][1].shape[1], 1)), [n for n, _ in ts]))(      # no check
-          sorted(ws.items(), key=lambda kv: kv[1].data_ptr()))], False),
-    ("15-decoding.md", ex.check_ch15_grown_capacity, sol.grown_capacity,
-     [lambda capacity, needed: max(capacity, needed),                            # grows to fit, one copy a token
-      lambda capacity, needed: 2 * capacity if needed > capacity else capacity,  # doubles once, may not fit
-      lambda capacity, needed: capacity + max(needed - capacity, 256) if needed > capacity else capacity,  # linear
-      lambda capacity, needed: 2 * capacity,                                     # grows even when it fits
-      lambda capacity, needed: 8 * max(capacity, needed) if needed > capacity else capacity], False),  # hoards
-    ("15-decoding.md", ex.check_ch15_conv_state, sol.conv_state,
-     [lambda window, k: window[..., -k:],                                        # a view of the whole window
-      lambda window, k: window[..., -k:].contiguous(),                           # copies only when not contiguous
-      lambda window, k: window[..., -k:].to(window.dtype),                       # the same dtype: no copy
-      lambda window, k: window[..., -k:].detach(),
-      lambda window, k: window.clone()[..., -k:]], False),                       # a copy of the whole window
-    ("16-int8.md", ex.check_ch16_quantize, sol.quantize,
-     [lambda w: (torch.round(w / (w.abs().max() / 127)).to(torch.int8),          # one scale for the matrix
-                 (w.abs().max() / 127).expand(w.shape[0]))], False),
-    ("16-int8.md", ex.check_ch16_head_saving, sol.head_saving,
-     [lambda P, head, b0, b1: head / P,                                          # the head's share of weights
-      lambda P, head, b0, b1: head * (b0 - b1) / ((P - head) * b0 + head * b1),  # out of the bytes after
-      lambda P, head, b0, b1: head * (b0 - b1) / ((P + head) * b0),              # the table counted twice
-      lambda P, head, b0, b1: 1 - b1 / b0], False),                              # as if everything were quantized
-    ("16-int8.md", ex.check_ch16_round_activations, sol.round_activations,
-     [lambda x: (lambda step: (torch.round(x / step).clamp(0, 127), step, torch.tensor(0.0)))(  # no zero point
-         x.abs().max() / 127),
-      lambda x: (lambda lo, step: (torch.round((x - lo) / step), step, -lo / step))(              # zero not whole
-          x.min(), (x.max() - x.min()) / 127)], False),
+    (
+        "12-chat.md",
+        ex.check_ch12_render,
+        sol.render,
+        [lambda messages, thinking=False: sol.render(messages, True)],
+        False,
+    ),
+    (
+        "12-chat.md",
+        ex.check_ch12_reusable,
+        sol.reusable_prefix,
+        [lambda a, b: len(a) if b[: len(a)] == a else 0],
+        False,
+    ),
+    (
+        "13-measuring.md",
+        ex.check_ch13_decode_ceiling,
+        sol.decode_ceiling,
+        [
+            lambda P, b, gbps, gflops, B: gbps * 1e9 / (P * b),  # the batch left out
+            lambda P, b, gbps, gflops, B: B * gbps * 1e9 / (P * b),  # no arithmetic limit
+            # bytes per weight
+            lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / P, gflops * 1e9 / (2 * P)),
+            # 1 FLOP per weight
+            lambda P, b, gbps, gflops, B: min(B * gbps * 1e9 / (P * b), gflops * 1e9 / P),
+            # per sequence
+            lambda P, b, gbps, gflops, B: min(gbps * 1e9 / (P * b), gflops * 1e9 / (2 * P * B)),
+        ],
+        False,
+    ),
+    (
+        "13-measuring.md",
+        ex.check_ch13_ridge_batch,
+        sol.ridge_batch,
+        [
+            lambda b, gbps, gflops: gflops / gbps,  # right for bf16 only
+            lambda b, gbps, gflops: gflops / (2 * gbps),  # bytes per weight left out
+            lambda b, gbps, gflops: gflops * b / gbps,  # 2 FLOP per weight left out
+            lambda b, gbps, gflops: gbps / gflops,
+        ],
+        False,
+    ),
+    (
+        "14-loading.md",
+        ex.check_ch14_copies,
+        sol.copies,
+        [
+            lambda: dict.fromkeys(ex.COPIES, True),  # everything copies
+            lambda: dict.fromkeys(ex.COPIES, False),  # nothing does
+            # .to, .contiguous always
+            lambda: {**sol.copies(), "w.to(torch.bfloat16)": True, "w.contiguous()": True},
+            # reshape never copies
+            lambda: {**sol.copies(), "w.T.reshape(24)": False, "w[:, :3].reshape(12)": False},
+            lambda: {**sol.copies(), "w.T": True},
+        ],
+        False,
+    ),  # a transpose moves data
+    (
+        "14-loading.md",
+        ex.check_ch14_join,
+        sol.join,
+        [
+            lambda ws: (torch.cat(list(ws.values())), list(ws)),  # a copy, in the dict's order
+            lambda ws: (torch.cat([ws[n] for n in sorted(ws)]), sorted(ws)),  # a copy, by name
+            # storage order, but a copy
+            lambda ws: (lambda ts: (torch.cat([t for _, t in ts]), [n for n, _ in ts]))(
+                sorted(ws.items(), key=lambda kv: kv[1].data_ptr())
+            ),
+            lambda ws: (
+                lambda ts: (
+                    ts[0][1].as_strided(
+                        # a view,
+                        (sum(t.shape[0] for _, t in ts), ts[0][1].shape[1]),
+                        # no check
+                        (ts[0][1].shape[1], 1),
+                    ),
+                    [n for n, _ in ts],
+                )
+            )(sorted(ws.items(), key=lambda kv: kv[1].data_ptr())),
+        ],
+        False,
+    ),
+    (
+        "15-decoding.md",
+        ex.check_ch15_grown_capacity,
+        sol.grown_capacity,
+        [
+            lambda capacity, needed: max(capacity, needed),  # grows to fit, one copy a token
+            # doubles once, may not fit
+            lambda capacity, needed: 2 * capacity if needed > capacity else capacity,
+            # linear
+            lambda capacity, needed: (
+                capacity + max(needed - capacity, 256) if needed > capacity else capacity
+            ),
+            lambda capacity, needed: 2 * capacity,  # grows even when it fits
+            # hoards
+            lambda capacity, needed: 8 * max(capacity, needed) if needed > capacity else capacity,
+        ],
+        False,
+    ),
+    (
+        "15-decoding.md",
+        ex.check_ch15_conv_state,
+        sol.conv_state,
+        [
+            lambda window, k: window[..., -k:],  # a view of the whole window
+            lambda window, k: window[..., -k:].contiguous(),  # copies only when not contiguous
+            lambda window, k: window[..., -k:].to(window.dtype),  # the same dtype: no copy
+            lambda window, k: window[..., -k:].detach(),
+            lambda window, k: window.clone()[..., -k:],
+        ],
+        False,
+    ),  # a copy of the whole window
+    (
+        "16-int8.md",
+        ex.check_ch16_quantize,
+        sol.quantize,
+        [
+            lambda w: (
+                torch.round(w / (w.abs().max() / 127)).to(torch.int8),  # one scale for the matrix
+                (w.abs().max() / 127).expand(w.shape[0]),
+            )
+        ],
+        False,
+    ),
+    (
+        "16-int8.md",
+        ex.check_ch16_head_saving,
+        sol.head_saving,
+        [
+            lambda P, head, b0, b1: head / P,  # the head's share of weights
+            # out of the bytes after
+            lambda P, head, b0, b1: head * (b0 - b1) / ((P - head) * b0 + head * b1),
+            lambda P, head, b0, b1: head * (b0 - b1) / ((P + head) * b0),  # the table counted twice
+            lambda P, head, b0, b1: 1 - b1 / b0,
+        ],
+        False,
+    ),  # as if everything were quantized
+    (
+        "16-int8.md",
+        ex.check_ch16_round_activations,
+        sol.round_activations,
+        # no zero point
+        [
+            lambda x: (lambda step: (torch.round(x / step).clamp(0, 127), step, torch.tensor(0.0)))(
+                x.abs().max() / 127
+            ),
+            # zero not whole
+            lambda x: (lambda lo, step: (torch.round((x - lo) / step), step, -lo / step))(
+                x.min(), (x.max() - x.min()) / 127
+            ),
+        ],
+        False,
+    ),
 ]
 
 
-@pytest.mark.parametrize("page, check, solution, wrong, needs_model", CASES, ids=[c[1].__name__ for c in CASES])
-def test_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(page, check, solution, wrong,
-                                                                                     needs_model, model):
-    args = (model, torch.tensor([[97375, 101618, 98869]]) if check is ex.check_ch09_logit_lens
-            else [97375, 101618, 98869]) if needs_model else ()
+@pytest.mark.parametrize(
+    "page, check, solution, wrong, needs_model", CASES, ids=[c[1].__name__ for c in CASES]
+)
+def test_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(
+    page, check, solution, wrong, needs_model, model
+):
+    args = (
+        (
+            model,
+            torch.tensor([[97375, 101618, 98869]])
+            if check is ex.check_ch09_logit_lens
+            else [97375, 101618, 98869],
+        )
+        if needs_model
+        else ()
+    )
     result, printed = quiet(check, placeholder(page, solution.__name__), *args)
     assert result is False and "not solved yet" in printed
     for answer in wrong:
@@ -301,7 +507,8 @@ def test_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_soluti
 
 
 def test_a_check_never_raises_and_says_what_went_wrong():
-    result, printed = quiet(ex.check_ch05_expand_kv, lambda k, n: k.view(-1, 5))     # a shape error inside
+    # a shape error inside
+    result, printed = quiet(ex.check_ch05_expand_kv, lambda k, n: k.view(-1, 5))
     assert result is False and "RuntimeError" in printed
     result, printed = quiet(ex.check_ch08_swiglu, lambda *a: "not a tensor")
     assert result is False and "not right yet" in printed

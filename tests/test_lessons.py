@@ -1,4 +1,6 @@
-"""The lesson notebooks: stored as a clean run, the same code in both editions, exercises solvable and checked."""
+"""The lesson notebooks: stored as a clean run, the same code in both editions, exercises solvable
+and checked."""
+
 import importlib
 import inspect
 import math
@@ -10,8 +12,15 @@ import pytest
 import torch
 
 from book import lessons
-from book.lessons import (TODO, check_embed_and_project, check_lookup, check_pull_together, check_rotate_pairs,
-                          check_shift_matrix, check_wavelengths)
+from book.lessons import (
+    TODO,
+    check_embed_and_project,
+    check_lookup,
+    check_pull_together,
+    check_rotate_pairs,
+    check_shift_matrix,
+    check_wavelengths,
+)
 from book.nbexec import LESSONS, ROOT, execute, notebooks
 from book.solutions import embedding as solution
 from book.solutions import positional as positional_solution
@@ -24,14 +33,20 @@ NOT_SOLVED = {"zh": "作业 {}：还没做", "en": "Exercise {}: not solved yet"
 
 
 def said(capsys):
-    """What the checks printed, as one line: they break long verdicts to the width of the page's output box."""
+    """What the checks printed, as one line: they break long verdicts to the width of the page's
+    output box."""
     return " ".join(capsys.readouterr().out.split())
 
 
-SIMILARITY = re.compile(r"^(.*): within-group (-?[\d.]+), cross-group (-?[\d.]+), nearest neighbour in own group (\d+)/(\d+)",
-                        re.M)
+SIMILARITY = re.compile(
+    r"^(.*): within-group (-?[\d.]+), cross-group (-?[\d.]+), nearest neighbour in own group "
+    r"(\d+)/(\d+)",
+    re.M,
+)
 MAX_SECONDS = 180
-SOLUTIONS_URL = "https://github.com/transformer-by-hand/transformer-by-hand/blob/main/book/solutions/{}.py"
+SOLUTIONS_URL = (
+    "https://github.com/transformer-by-hand/transformer-by-hand/blob/main/book/solutions/{}.py"
+)
 
 
 def path_of(name, lang):
@@ -67,57 +82,95 @@ def english():
 
 
 def test_nbexec_runs_every_lesson_of_both_editions_and_takes_a_lesson_by_name():
-    assert {(p.parent.parent.name, p.stem) for p in LESSONS} == {(lang, name) for lang in LANGS for name in NAMES}
-    assert sorted(notebooks(["positional"])) == sorted(path_of("positional", lang) for lang in LANGS)
-    with pytest.raises(SystemExit, match="no lesson called 'rope': the lessons are embedding, positional"):
+    assert {(p.parent.parent.name, p.stem) for p in LESSONS} == {
+        (lang, name) for lang in LANGS for name in NAMES
+    }
+    assert sorted(notebooks(["positional"])) == sorted(
+        path_of("positional", lang) for lang in LANGS
+    )
+    with pytest.raises(
+        SystemExit, match="no lesson called 'rope': the lessons are embedding, positional"
+    ):
         notebooks(["rope"])
 
 
-# ------------------------------------------------------------------------------- each check can fail, and can pass
-def test_exercise_1_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(capsys):
+# ---------------------------------------------------------------- each check can fail, and can pass
+def test_exercise_1_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(
+    capsys,
+):
     assert check_lookup(placeholders()["lookup"]) is False
     assert "not solved yet" in said(capsys)
-    assert check_lookup(lambda table, ids: table[ids.flatten()]) is False       # loses the shape of ids
-    assert check_lookup(lambda table, ids: table[: ids.numel()]) is False       # the first rows, not the picked ones
+    assert check_lookup(lambda table, ids: table[ids.flatten()]) is False  # loses the shape of ids
+    # the first rows, not the picked ones
+    assert check_lookup(lambda table, ids: table[: ids.numel()]) is False
     assert check_lookup(solution.lookup) is True
 
 
-def test_exercise_2_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(capsys):
+def test_exercise_2_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(
+    capsys,
+):
     assert check_pull_together(placeholders()["pull_together"]) is False
     assert "not solved yet" in said(capsys)
-    swap = lambda embedding: solution.pull_together(embedding, lr=0.5)         # the hint's trap: vectors swap
+    # the hint's trap: vectors swap
+    swap = lambda embedding: solution.pull_together(embedding, lr=0.5)
     assert check_pull_together(swap) is False
     assert check_pull_together(solution.pull_together) is True
 
 
-def test_exercise_3_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(capsys, minilm):
-    words = ["cat", "dog", "elephant", "tiger", "china", "japan", "france", "germany",
-             "pizza", "sushi", "bread", "noodle", "computer", "laptop", "phone", "tablet"]
+def test_exercise_3_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes_the_solution(
+    capsys, minilm
+):
+    words = [
+        "cat",
+        "dog",
+        "elephant",
+        "tiger",
+        "china",
+        "japan",
+        "france",
+        "germany",
+        "pizza",
+        "sushi",
+        "bread",
+        "noodle",
+        "computer",
+        "laptop",
+        "phone",
+        "tablet",
+    ]
     assert check_embed_and_project(placeholders()["embed_and_project"], minilm, words) is False
     assert "not solved yet" in said(capsys)
-    noise = lambda model, ws: (np.random.default_rng(0).normal(size=(len(ws), 384)), np.zeros((len(ws), 2)))
+    noise = lambda model, ws: (
+        np.random.default_rng(0).normal(size=(len(ws), 384)),
+        np.zeros((len(ws), 2)),
+    )
     assert check_embed_and_project(noise, minilm, words) is False
     assert check_embed_and_project(solution.embed_and_project, minilm, words) is True
 
 
-# ------------------------------------------------------------------------------- the positional lesson's checks
+# ------------------------------------------------------------------- the positional lesson's checks
 def test_positional_exercise_1_check_fails_on_the_placeholder_and_the_backwards_rotation(capsys):
     assert check_shift_matrix(placeholders(name="positional")["shift_matrix"]) is False
     assert "not solved yet" in said(capsys)
-    backwards = lambda k, dim: positional_solution.shift_matrix(k, dim).T      # the (cos, sin) rotation on (sin, cos)
+    # the (cos, sin) rotation on (sin, cos)
+    backwards = lambda k, dim: positional_solution.shift_matrix(k, dim).T
     assert check_shift_matrix(backwards) is False
     assert "its transpose is right" in said(capsys)
     assert check_shift_matrix(lambda k, dim: torch.eye(dim)) is False
     assert check_shift_matrix(positional_solution.shift_matrix) is True
 
 
-def test_positional_exercise_2_check_fails_on_the_placeholder_neighbour_pairs_and_the_wrong_direction(capsys):
+def test_positional_exercise_2_check_fails_on_the_placeholder_neighbour_pairs_and_the_wrong_direction(  # noqa: E501 (a test name says what it checks)
+    capsys,
+):
     assert check_rotate_pairs(placeholders(name="positional")["rotate_pairs"]) is False
     assert "not solved yet" in said(capsys)
 
-    def neighbours(x, angle):                                                   # RoFormer's pairing (2i, 2i+1)
+    def neighbours(x, angle):  # RoFormer's pairing (2i, 2i+1)
         x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.stack([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], -1).flatten(-2)
+        return torch.stack(
+            [x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], -1
+        ).flatten(-2)
 
     assert check_rotate_pairs(neighbours) is False
     assert "neighbouring dims" in said(capsys)
@@ -126,7 +179,9 @@ def test_positional_exercise_2_check_fails_on_the_placeholder_neighbour_pairs_an
     assert check_rotate_pairs(positional_solution.rotate_pairs) is True
 
 
-def test_positional_exercise_3_check_fails_on_the_placeholder_head_dim_in_the_exponent_and_no_2pi(capsys):
+def test_positional_exercise_3_check_fails_on_the_placeholder_head_dim_in_the_exponent_and_no_2pi(
+    capsys,
+):
     assert check_wavelengths(placeholders(name="positional")["wavelengths"]) is False
     assert "not solved yet" in said(capsys)
     over_head_dim = lambda h, f, theta: 2 * math.pi * theta ** (torch.arange(0, int(h * f), 2) / h)
@@ -135,39 +190,53 @@ def test_positional_exercise_3_check_fails_on_the_placeholder_head_dim_in_the_ex
     no_turn = lambda h, f, theta: positional_solution.wavelengths(h, f, theta) / (2 * math.pi)
     assert check_wavelengths(no_turn) is False
     assert "2π" in said(capsys)
-    assert check_wavelengths(lambda h, f, theta: positional_solution.wavelengths(h, 1.0, theta)) is False
+    assert (
+        check_wavelengths(lambda h, f, theta: positional_solution.wavelengths(h, 1.0, theta))
+        is False
+    )
     assert check_wavelengths(positional_solution.wavelengths) is True
 
 
 def test_positional_solutions_agree_with_the_books_rope():
-    """The exercise answers are the book's own code seen from another side: chapter 4's qwen/rope.py."""
+    """The exercise answers are the book's own code seen from another side: chapter 4's
+    qwen/rope.py."""
     from qwen.rope import RotaryEmbedding, apply_rope
 
     rope = RotaryEmbedding(256, 0.25, 1e7)
-    assert torch.allclose(positional_solution.wavelengths(256, 0.25, 1e7).float(), 2 * math.pi / rope.inv_freq,
-                          rtol=1e-5)
+    assert torch.allclose(
+        positional_solution.wavelengths(256, 0.25, 1e7).float(),
+        2 * math.pi / rope.inv_freq,
+        rtol=1e-5,
+    )
     x = torch.randn(3, 64)
-    angle = torch.arange(3.0)[:, None] * rope.inv_freq                          # [3 positions, 32 pairs]
+    angle = torch.arange(3.0)[:, None] * rope.inv_freq  # [3 positions, 32 pairs]
     cos, sin = rope(torch.arange(3))
-    assert torch.allclose(positional_solution.rotate_pairs(x, angle), apply_rope(x, cos, sin), atol=1e-5)
+    assert torch.allclose(
+        positional_solution.rotate_pairs(x, angle), apply_rope(x, cos, sin), atol=1e-5
+    )
 
 
-# ------------------------------------------------------------------------------- the stored notebooks
+# ----------------------------------------------------------------------------- the stored notebooks
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("lang", LANGS)
 def test_stored_notebook_is_one_clean_run_with_the_exercises_unsolved(lang, name):
     nb = read(lang, name)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run `python -m book.nbexec`"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        "run `python -m book.nbexec`"
+    )
     outputs = [o for c in code for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert not [o.text for o in outputs if o.get("name") == "stderr"], "a warning (missing glyph?) reached the page"
+    assert not [o.text for o in outputs if o.get("name") == "stderr"], (
+        "a warning (missing glyph?) reached the page"
+    )
     assert any("image/png" in o.get("data", {}) for o in outputs)
     printed = text_of(nb)
     for n in (1, 2, 3):
         assert NOT_SOLVED[lang].format(n) in printed
     if name == "embedding":
-        assert "corpus: " in printed and "model: all-MiniLM-L6-v2" in printed   # the page credits its sources
+        # the page credits its sources
+        assert "corpus: " in printed and "model: all-MiniLM-L6-v2" in printed
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -184,8 +253,11 @@ def test_editions_share_their_code_and_differ_in_prose(name):
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("lang", LANGS)
-def test_each_exercise_is_followed_by_its_folded_solution_the_same_code_as_the_solutions_file(lang, name):
-    """Solutions are out of sight but reachable: a collapsed block after the check, and a link to the file."""
+def test_each_exercise_is_followed_by_its_folded_solution_the_same_code_as_the_solutions_file(
+    lang, name
+):
+    """Solutions are out of sight but reachable: a collapsed block after the check, and a link to
+    the file."""
     module = importlib.import_module(f"book.solutions.{name}")
     cells = read(lang, name).cells
     exercises = [i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", [])]
@@ -196,18 +268,24 @@ def test_each_exercise_is_followed_by_its_folded_solution_the_same_code_as_the_s
         assert check.cell_type == "code" and "check_" in check.source
         assert folded.cell_type == "markdown" and folded.source.startswith("<details><summary>")
         shown = re.search(r"```python\n(.*?)\n```", folded.source, re.S).group(1)
-        assert shown == inspect.getsource(getattr(module, fn)).rstrip("\n"), f"{fn}: the folded solution is stale"
+        assert shown == inspect.getsource(getattr(module, fn)).rstrip("\n"), (
+            f"{fn}: the folded solution is stale"
+        )
         assert SOLUTIONS_URL.format(name) in folded.source
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("lang", LANGS)
 def test_relative_links_in_the_lessons_lead_to_pages_of_the_same_edition(lang, name):
-    links = re.findall(r"\]\(((?![a-z]+:)[^)#]+)(?:#[^)]*)?\)", "\n".join(
-        c.source for c in read(lang, name).cells if c.cell_type == "markdown"))
+    links = re.findall(
+        r"\]\(((?![a-z]+:)[^)#]+)(?:#[^)]*)?\)",
+        "\n".join(c.source for c in read(lang, name).cells if c.cell_type == "markdown"),
+    )
     assert links, "a lesson links the chapters it builds on"
     for link in links:
-        assert (path_of(name, lang).parent / link).resolve().is_file(), f"{lang}/{name}: {link} leads nowhere"
+        assert (path_of(name, lang).parent / link).resolve().is_file(), (
+            f"{lang}/{name}: {link} leads nowhere"
+        )
 
 
 def test_embedding_lesson_links_chapter_2_and_the_next_lesson():
@@ -217,10 +295,15 @@ def test_embedding_lesson_links_chapter_2_and_the_next_lesson():
 
 
 def test_embedding_prose_on_chance_agrees_with_the_printed_numbers():
-    """The prose says the untrained map is no better than a random neighbour; the printed numbers must say so too."""
+    """The prose says the untrained map is no better than a random neighbour; the printed numbers
+    must say so too."""
     printed = text_of(read("en"))
-    hits = int(re.search(r"before training: .* nearest neighbour in own group (\d+)/20", printed).group(1))
-    chance = float(re.search(r"a neighbour picked at random: in own group ([\d.]+)/20", printed).group(1))
+    hits = int(
+        re.search(r"before training: .* nearest neighbour in own group (\d+)/20", printed).group(1)
+    )
+    chance = float(
+        re.search(r"a neighbour picked at random: in own group ([\d.]+)/20", printed).group(1)
+    )
     assert chance == round(20 * 4 / 19, 1)
     assert hits <= chance
 
@@ -230,30 +313,43 @@ def test_positional_prose_numbers_are_the_printed_ones():
     for lang in LANGS:
         printed = text_of(read(lang, "positional"))
         assert "b's outputs are a's outputs, reordered: True" in printed
-        assert "the same output at '.': True" in printed                        # causal, no positions: a bag
+        assert "the same output at '.': True" in printed  # causal, no positions: a bag
         assert "with sinusoidal positions, the same output at '.': False" in printed
         assert "with RoPE, the same output at '.': False" in printed
-        assert "pair 31 47,117" in printed                                      # "about 47,000 tokens"
+        assert "pair 31 47,117" in printed  # "about 47,000 tokens"
         assert re.search(r"rows 8-15 never trained\): \d", printed)
-        moved = re.search(r"how far each of the 16 position rows moved:\s*\[([^\]]*)\]", printed).group(1).split()
-        assert [float(m) for m in moved[8:]] == [0.0] * 8 and min(float(m) for m in moved[:8]) > 0   # rows 8-15: 0
+        moved = (
+            re.search(r"how far each of the 16 position rows moved:\s*\[([^\]]*)\]", printed)
+            .group(1)
+            .split()
+        )
+        # rows 8-15: 0
+        assert [float(m) for m in moved[8:]] == [0.0] * 8 and min(float(m) for m in moved[:8]) > 0
         assert "rotated: 64 of 256 dims = 32 pairs; passed through unchanged: 192 dims" in printed
-        assert " 0 of 32 pairs turn less than once in 262,144 tokens" in printed     # theta 1e4
-        assert "10 of 32 pairs turn less than once in 262,144 tokens" in printed     # theta 1e7
+        assert " 0 of 32 pairs turn less than once in 262,144 tokens" in printed  # theta 1e4
+        assert "10 of 32 pairs turn less than once in 262,144 tokens" in printed  # theta 1e7
         assert "last 192 identical: True" in printed
-        diagonal = float(re.search(r"along any one diagonal .* at most ([\d.e+-]+)", printed).group(1))
-        assert diagonal < 1e-3                                                  # "only fp32 rounding"
+        diagonal = float(
+            re.search(r"along any one diagonal .* at most ([\d.e+-]+)", printed).group(1)
+        )
+        assert diagonal < 1e-3  # "only fp32 rounding"
 
 
-# ------------------------------------------------------------------------------- the whole lesson, solved
+# ------------------------------------------------------------------------- the whole lesson, solved
 @pytest.mark.parametrize("lang", LANGS)
 def test_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
     nb, seconds = execute(NOTEBOOKS[lang], solutions=True)
     printed = text_of(nb)
-    similarities = {m[1].strip(): (float(m[2]), float(m[3]), f"{m[4]}/{m[5]}") for m in SIMILARITY.finditer(printed)}
+    similarities = {
+        m[1].strip(): (float(m[2]), float(m[3]), f"{m[4]}/{m[5]}")
+        for m in SIMILARITY.finditer(printed)
+    }
     print(f"\n{lang}: {seconds:.0f} s")
     for name, (within, cross, hits) in similarities.items():
-        print(f"  {name}: within-group {within:.2f}, cross-group {cross:.2f}, nearest neighbour in own group {hits}")
+        print(
+            f"  {name}: within-group {within:.2f}, cross-group {cross:.2f}, nearest neighbour in "
+            f"own group {hits}"
+        )
     assert seconds < MAX_SECONDS
     for n in (1, 2, 3):
         assert PASSED[lang].format(n) in printed
@@ -271,5 +367,8 @@ def test_positional_lesson_runs_with_the_solutions_in_time_and_every_check_passe
     assert seconds < MAX_SECONDS
     for n in (1, 2, 3):
         assert PASSED[lang].format(n) in printed
-    assert re.search(r"Qwen3\.5-0\.8B: 32 pairs, from 6\.28 to 37,969,0\d\d tokens per turn; 10 slower than the "
-                     r"262,144-token context", printed)                          # the reader's float64 or float32
+    assert re.search(
+        r"Qwen3\.5-0\.8B: 32 pairs, from 6\.28 to 37,969,0\d\d tokens per turn; 10 slower than the "
+        r"262,144-token context",
+        printed,
+    )  # the reader's float64 or float32

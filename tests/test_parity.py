@@ -1,4 +1,6 @@
-"""Our model equals transformers' Qwen3_5ForCausalLM, part by part and as a whole, on tiny random models."""
+"""Our model equals transformers' Qwen3_5ForCausalLM, part by part and as a whole, on tiny random
+models."""
+
 import copy
 
 import pytest
@@ -13,15 +15,19 @@ from qwen.norm import RMSNorm, RMSNormGated
 from qwen.rope import RotaryEmbedding, apply_rope
 from tests.reference import max_diff, our_model, randomize, reference_model, tiny_text_config
 
-TOL = 1e-4                     # fp32, max abs difference of outputs of order one
-HEADS = {"unequal": dict(n_k_head=2, n_v_head=4), "equal": dict(n_k_head=2, n_v_head=2)}   # DeltaNet k/v heads
+TOL = 1e-4  # fp32, max abs difference of outputs of order one
+# DeltaNet k/v heads
+HEADS = {"unequal": dict(n_k_head=2, n_v_head=4), "equal": dict(n_k_head=2, n_v_head=2)}
 
 
 @pytest.fixture(scope="module", params=list(HEADS))
 def pair(request):
-    """(transformers reference, our model with the same weights, token ids): T = 150 spans 3 chunks, batch 2."""
+    """(transformers reference, our model with the same weights, token ids): T = 150 spans 3 chunks,
+    batch 2."""
     ref = reference_model(seed=0, **HEADS[request.param])
-    ids = torch.randint(0, ref.config.vocab_size, (2, 150), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        0, ref.config.vocab_size, (2, 150), generator=torch.Generator().manual_seed(1)
+    )
     return ref, our_model(ref), ids
 
 
@@ -53,14 +59,16 @@ def test_gated_rmsnorm_uses_plain_weight_and_silu_gate():
     theirs, ours = hf.Qwen3_5RMSNormGated(16, eps=1e-6), RMSNormGated(16, eps=1e-6)
     theirs.weight.data, ours.weight.data = w, w
     max_diff("RMSNormGated fp32", ours(x, z), theirs(x, z), 1e-6)
-    max_diff("RMSNormGated bf16", ours(x.bfloat16(), z.bfloat16()), theirs(x.bfloat16(), z.bfloat16()), 0)
+    max_diff(
+        "RMSNormGated bf16", ours(x.bfloat16(), z.bfloat16()), theirs(x.bfloat16(), z.bfloat16()), 0
+    )
 
 
 def test_rope_rotates_a_quarter_of_each_head_by_absolute_position():
     cfg = tiny_text_config()
     rope = RotaryEmbedding(cfg.head_dim, 0.25, 1e7)
-    assert "inv_freq" not in rope.state_dict()                      # computed, never loaded
-    pos = torch.arange(1000, 1150)                                  # far positions: theta and fp32 angles matter
+    assert "inv_freq" not in rope.state_dict()  # computed, never loaded
+    pos = torch.arange(1000, 1150)  # far positions: theta and fp32 angles matter
     q, k = torch.randn(2, 4, 150, 32), torch.randn(2, 2, 150, 32)
     cos_t, sin_t = hf.Qwen3_5TextRotaryEmbedding(cfg)(q, pos[None].expand(2, -1))
     cos, sin = rope(pos)
@@ -68,7 +76,8 @@ def test_rope_rotates_a_quarter_of_each_head_by_absolute_position():
     q_t, k_t = hf.apply_rotary_pos_emb(q, k, cos_t, sin_t)
     max_diff("RoPE q", apply_rope(q, cos, sin), q_t, 1e-6)
     max_diff("RoPE k", apply_rope(k, cos, sin), k_t, 1e-6)
-    assert torch.equal(apply_rope(q, cos, sin)[..., 8:], q[..., 8:])   # 32 * 0.25 = 8 dims turn, 24 pass
+    # 32 * 0.25 = 8 dims turn, 24 pass
+    assert torch.equal(apply_rope(q, cos, sin)[..., 8:], q[..., 8:])
 
 
 def test_attention(pair):
@@ -81,8 +90,12 @@ def test_attention(pair):
 def test_deltanet(pair):
     ref, ours, ids = pair
     x, y = captured(ref, ids, ref.model.layers[1].linear_attn)
-    max_diff(f"deltanet ({ref.config.linear_num_key_heads}k/{ref.config.linear_num_value_heads}v heads)",
-             ours.layers[1].linear_attn(x), y, TOL)
+    max_diff(
+        f"deltanet ({ref.config.linear_num_key_heads}k/{ref.config.linear_num_value_heads}v heads)",
+        ours.layers[1].linear_attn(x),
+        y,
+        TOL,
+    )
 
 
 def test_mlp(pair):
@@ -101,19 +114,21 @@ def test_decoder_layer(pair, i):
 
 def test_model_logits(pair):
     ref, ours, ids = pair
-    assert ours.lm_head.weight is ours.embed_tokens.weight          # tied: one Parameter
+    assert ours.lm_head.weight is ours.embed_tokens.weight  # tied: one Parameter
     with torch.no_grad():
         theirs = ref(ids).logits
     max_diff(f"model logits {tuple(ids.shape)}", ours(ids), theirs, TOL)
 
 
 def random_rule_inputs(B=2, H=3, T=150, dk=16, dv=8, seed=0):
-    """Kernel inputs as the layer makes them: unit keys, scaled unit queries, log decays <= 0, beta in (0, 1)."""
+    """Kernel inputs as the layer makes them: unit keys, scaled unit queries, log decays <= 0, beta
+    in (0, 1)."""
     gen = torch.Generator().manual_seed(seed)
     q = l2norm(torch.randn(B, H, T, dk, generator=gen)) * dk**-0.5
     k = l2norm(torch.randn(B, H, T, dk, generator=gen))
     v = torch.randn(B, H, T, dv, generator=gen)
-    g = -torch.rand(B, H, T, generator=gen) * torch.rand(B, H, 1, generator=gen) * 2   # slow and fast heads
+    # slow and fast heads
+    g = -torch.rand(B, H, T, generator=gen) * torch.rand(B, H, 1, generator=gen) * 2
     beta = torch.rand(B, H, T, generator=gen)
     state = torch.randn(B, H, dk, dv, generator=gen)
     return q, k, v, g, beta, state
@@ -127,18 +142,39 @@ def test_recurrent_and_chunked_deltanet_agree():
     max_diff("recurrent vs chunked state", s_c, s_r, 1e-5)
     o_64, _ = recurrent_gated_delta_rule(*(t.double() for t in (q, k, v, g, beta, state)))
     max_diff("chunked vs fp64 recurrent", o_c, o_64, 1e-5)
-    tr = lambda t: t.transpose(1, 2)                                 # transformers wants [B, T, H, ...]
-    o_t, s_t = hf.torch_chunk_gated_delta_rule(tr(q) * 16**0.5, tr(k), tr(v), tr(g), tr(beta),  # it scales q itself
-                                               initial_state=state.clone(), output_final_state=True)
+    tr = lambda t: t.transpose(1, 2)  # transformers wants [B, T, H, ...]
+    o_t, s_t = hf.torch_chunk_gated_delta_rule(
+        # it scales q itself
+        tr(q) * 16**0.5,
+        tr(k),
+        tr(v),
+        tr(g),
+        tr(beta),
+        initial_state=state.clone(),
+        output_final_state=True,
+    )
     max_diff("chunked vs transformers' chunked kernel", o_c, tr(o_t), 1e-5)
     max_diff("final state vs transformers'", s_c, s_t, 1e-5)
 
 
 def tiny_vlm(seed=0):
-    """A tiny Qwen3_5ForConditionalGeneration: the official naming, model.language_model.* and model.visual.*."""
-    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, in_channels=3, patch_size=4,
-                  temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=16)
-    cfg = Qwen3_5Config(text_config=tiny_text_config().to_dict(), vision_config=vision, tie_word_embeddings=True)
+    """A tiny Qwen3_5ForConditionalGeneration: the official naming, model.language_model.* and
+    model.visual.*."""
+    vision = dict(
+        depth=1,
+        hidden_size=16,
+        num_heads=2,
+        intermediate_size=32,
+        in_channels=3,
+        patch_size=4,
+        temporal_patch_size=2,
+        spatial_merge_size=2,
+        out_hidden_size=64,
+        num_position_embeddings=16,
+    )
+    cfg = Qwen3_5Config(
+        text_config=tiny_text_config().to_dict(), vision_config=vision, tie_word_embeddings=True
+    )
     torch.manual_seed(seed)
     return randomize(Qwen3_5ForConditionalGeneration(cfg).eval(), seed)
 
@@ -153,12 +189,18 @@ def test_from_pretrained_reads_the_official_layout(tmp_path):
         theirs = ref(ids).logits
     max_diff("from_pretrained on a saved Qwen3_5ForConditionalGeneration", ours(ids), theirs, TOL)
     from qwen import fast
-    max_diff("qwen.fast.from_pretrained (every step) on the same checkpoint",
-             fast.from_pretrained(tmp_path)(ids), theirs, TOL)
+
+    max_diff(
+        "qwen.fast.from_pretrained (every step) on the same checkpoint",
+        fast.from_pretrained(tmp_path)(ids),
+        theirs,
+        TOL,
+    )
 
 
 def test_bf16():
-    """bf16 rounds at 3 significant digits: stay within 0.1 of transformers in bf16, and no further from fp32."""
+    """bf16 rounds at 3 significant digits: stay within 0.1 of transformers in bf16, and no further
+    from fp32."""
     ref = reference_model(seed=0)
     ref_bf16 = copy.deepcopy(ref).to(torch.bfloat16)
     ours = our_model(ref_bf16)
@@ -169,7 +211,12 @@ def test_bf16():
     assert logits.dtype == torch.bfloat16
     max_diff("bf16 vs transformers bf16", logits, bf16, 0.1)
     hf_drift = (bf16 - fp32).abs().max().item()
-    max_diff(f"bf16 vs transformers fp32 (transformers' own bf16 drift {hf_drift:.2f})", logits, fp32, hf_drift + 0.1)
+    max_diff(
+        f"bf16 vs transformers fp32 (transformers' own bf16 drift {hf_drift:.2f})",
+        logits,
+        fp32,
+        hf_drift + 0.1,
+    )
     assert (logits.argmax(-1) == bf16.argmax(-1)).float().mean() > 0.98
 
 
@@ -192,6 +239,8 @@ def test_cache_bytes_grow_only_for_attention():
     ours(torch.zeros(1, 5, dtype=torch.long), cache=cache)
     first = cache.nbytes()
     ours(torch.zeros(1, 7, dtype=torch.long), cache=cache)
-    kv_per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * 4 * cfg.layer_types.count("full_attention")
+    kv_per_token = (
+        2 * cfg.num_key_value_heads * cfg.head_dim * 4 * cfg.layer_types.count("full_attention")
+    )
     assert cache.nbytes()["kv"] - first["kv"] == 7 * kv_per_token
     assert cache.nbytes()["deltanet"] == first["deltanet"]

@@ -1,4 +1,6 @@
-"""Pages follow their outputs' provenance, numbers in prose are bound, and outputs render as text."""
+"""Pages follow their outputs' provenance, numbers in prose are bound, and outputs render as
+text."""
+
 import json
 import os
 import re
@@ -12,28 +14,45 @@ import pytest
 from book import hooks, prose
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY_WORDS = re.compile(r"tiny test model|tiny model|微型测试模型|微型模型|random weights|随机权重|权重随机", re.I)
-EVIL = "before\n```\n<script>alert('pwned')</script>\n{{ value(\"ch02_embedding\", \"table_rows\") }}\n" \
-       "--8<-- \"README.md\"\n~~~\nafter"
+TINY_WORDS = re.compile(
+    r"tiny test model|tiny model|微型测试模型|微型模型|random weights|随机权重|权重随机", re.I
+)
+EVIL = (
+    'before\n```\n<script>alert(\'pwned\')</script>\n{{ value("ch02_embedding", "table_rows") }}\n'
+    '--8<-- "README.md"\n~~~\nafter'
+)
 
 
 def build_copy(tmp_path, change_outputs):
-    """Build the site from a copy of the repository whose outputs `change_outputs(outputs, docs)` has edited."""
+    """Build the site from a copy of the repository whose outputs `change_outputs(outputs, docs)`
+    has edited."""
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "site", "node_modules",
-                                                              "__pycache__", ".pytest_cache", "out"))
+    shutil.copytree(
+        ROOT,
+        repo,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cache", "site", "node_modules", "__pycache__", ".pytest_cache", "out"
+        ),
+    )
     change_outputs(repo / "docs" / "outputs", repo / "docs")
     site = tmp_path / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=repo,
-                          capture_output=True, text=True,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "BOOK_EXECUTE_NOTEBOOKS": "false"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "BOOK_EXECUTE_NOTEBOOKS": "false"},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return site
 
 
 def chapter_html(site):
-    return {p: p.read_text() for p in sorted(site.rglob("index.html"))
-            if re.search(r"/\d\d-[^/]+/index\.html$", p.as_posix())}
+    return {
+        p: p.read_text()
+        for p in sorted(site.rglob("index.html"))
+        if re.search(r"/\d\d-[^/]+/index\.html$", p.as_posix())
+    }
 
 
 def visible(html):
@@ -50,11 +69,13 @@ def official_site(tmp_path_factory):
             if p["model"] == "tiny test model":
                 p.update(model="Qwen/Qwen3.5-0.8B", official=True)
                 path.write_text(json.dumps(p))
+
     return build_copy(tmp_path_factory.mktemp("official"), as_official)
 
 
 def tiny_blocks(page):
-    """The text of every {{ tiny(...) }} block of a Markdown page: [(script, first words of prose)]."""
+    """The text of every {{ tiny(...) }} block of a Markdown page: [(script, first words of
+    prose)]."""
     blocks, current = [], None
     for line in page.read_text().split("\n"):
         m = hooks.BLOCK.match(line)
@@ -69,24 +90,31 @@ def tiny_blocks(page):
 
 
 def plain(markdown_text):
-    """A short piece of a block's prose that survives rendering: words only, no markup, macros or math."""
-    text = re.sub(r"\{\{.*?\}\}|\$.*?\$|`[^`]*`|\[|\]\([^)]*\)|[*_>#|]|^\s*[-\d.]+\s", " ", markdown_text)
+    """A short piece of a block's prose that survives rendering: words only, no markup, macros or
+    math."""
+    text = re.sub(
+        r"\{\{.*?\}\}|\$.*?\$|`[^`]*`|\[|\]\([^)]*\)|[*_>#|]|^\s*[-\d.]+\s", " ", markdown_text
+    )
     runs = [r.strip() for r in re.split(r"[^\w\s,'’，。、]+", text) if len(r.strip()) >= 12]
     return runs[0][:24] if runs else None
 
 
 def test_with_official_outputs_no_page_says_tiny_model(official_site, monkeypatch):
-    """Relabel every output official and build: no tiny-model warning or label anywhere, no {{ tiny }} block's
-    prose, and no word of the tiny model in the parts that read the outputs (tooling text elsewhere, such as
-    `--tiny`, may still name it)."""
+    """Relabel every output official and build: no tiny-model warning or label anywhere, no
+    {{ tiny }} block's prose, and no word of the tiny model in the parts that read the outputs
+    (tooling text elsewhere, such as `--tiny`, may still name it)."""
     pages = chapter_html(official_site)
     assert len(pages) >= 24, sorted(pages)
-    monkeypatch.setattr(hooks, "_provenance", lambda name: {"model": "Qwen/Qwen3.5-0.8B", "official": True})
+    monkeypatch.setattr(
+        hooks, "_provenance", lambda name: {"model": "Qwen/Qwen3.5-0.8B", "official": True}
+    )
     labels = [hooks.TEXT[lang][k] for lang in ("zh", "en") for k in ("tiny_note", "tiny_figure")]
     problems = []
     for path, html in pages.items():
         text = visible(re.sub(r"<pre.*?</pre>|<code.*?</code>", " ", html, flags=re.S))
-        problems += [f"{path}: {label[:30]}…" for label in labels if label[:30].replace("**", "") in text]
+        problems += [
+            f"{path}: {label[:30]}…" for label in labels if label[:30].replace("**", "") in text
+        ]
         problems += [f"{path}: tiny label" for _ in re.findall(r"tiny-label", html)]
     for md in prose.pages():
         rel = md.relative_to(ROOT / "docs")
@@ -100,7 +128,8 @@ def test_with_official_outputs_no_page_says_tiny_model(official_site, monkeypatc
                 problems.append(f"{rel}: the tiny block of {script} is shown: {words!r}")
         lines = md.read_text().split("\n")
         first, last = prose.reading_part(lines)
-        official = "\n".join(hooks.conditional_blocks(lines[first:last], _Page(rel)))  # as with official outputs
+        # as with official outputs
+        official = "\n".join(hooks.conditional_blocks(lines[first:last], _Page(rel)))
         for word in TINY_WORDS.findall(prose.prose(official)):
             problems.append(f"{rel}: {word!r} in the part that reads the output")
     assert not problems, "\n".join(problems)
@@ -112,7 +141,8 @@ class _Page:
 
 
 def test_with_tiny_outputs_pages_say_so(tmp_path):
-    """The other way round, on the real outputs: every chapter with an output carries the tiny-model label."""
+    """The other way round, on the real outputs: every chapter with an output carries the tiny-model
+    label."""
     site = build_copy(tmp_path, lambda outputs, docs: None)
     for path, html in chapter_html(site).items():
         if "book-output" in html or "Provenance" in html or "来源" in html:
@@ -123,89 +153,158 @@ def test_outputs_and_values_render_as_text(tmp_path):
     def inject(outputs, docs):
         (outputs / "ch02_embedding.txt").write_text(EVIL + "\n")
         p = json.loads((outputs / "ch02_embedding.json").read_text())
-        p["values"]["evil"] = "<img src=x onerror=alert(1)> *bold* {{ runs(\"ch01_weights\") }} `tick`"
+        p["values"]["evil"] = (
+            '<img src=x onerror=alert(1)> *bold* {{ runs("ch01_weights") }} `tick`'
+        )
         (outputs / "ch02_embedding.json").write_text(json.dumps(p))
         for lang in ("zh", "en"):
             page = docs / lang / "02-embedding.md"
-            page.write_text(page.read_text() + '\n\nEVIL-VALUE: {{ value("ch02_embedding", "evil") }} END\n')
+            page.write_text(
+                page.read_text() + '\n\nEVIL-VALUE: {{ value("ch02_embedding", "evil") }} END\n'
+            )
 
     site = build_copy(tmp_path, inject)
     for html in (site / "02-embedding" / "index.html", site / "en" / "02-embedding" / "index.html"):
         text = html.read_text()
         assert "<script>alert('pwned')</script>" not in text and "<img src=x" not in text
-        assert "&lt;script&gt;alert(" in text                          # shown, as text
-        assert "after" in visible(text).split("pwned", 1)[1]             # the block did not end early
-        assert "Two commands" not in text                                # no README pulled in by the snippet line
-        assert 'value("ch02_embedding", "table_rows")' in visible(text).replace("&quot;", '"')  # not expanded
+        assert "&lt;script&gt;alert(" in text  # shown, as text
+        assert "after" in visible(text).split("pwned", 1)[1]  # the block did not end early
+        assert "Two commands" not in text  # no README pulled in by the snippet line
+        # not expanded
+        assert 'value("ch02_embedding", "table_rows")' in visible(text).replace("&quot;", '"')
         shown = visible(text).split("EVIL-VALUE:", 1)[1].split("END", 1)[0]
-        assert "&lt;img src=x" in shown and "*bold*" in shown.replace("\\", "") and "<strong>" not in shown
-        assert "runs(" in shown.replace("&quot;", '"')                    # the macro in a value stayed text
+        assert (
+            "&lt;img src=x" in shown
+            and "*bold*" in shown.replace("\\", "")
+            and "<strong>" not in shown
+        )
+        assert "runs(" in shown.replace("&quot;", '"')  # the macro in a value stayed text
 
 
-# ------------------------------------------------------------------------------------ numbers in prose
+# --------------------------------------------------------------------------------- numbers in prose
 def test_no_number_a_run_recorded_is_typed_in_the_prose():
     hits = {page.relative_to(ROOT).as_posix(): prose.typed_numbers(page) for page in prose.pages()}
     hits = {p: h for p, h in hits.items() if h}
-    assert not hits, "\n".join(f"{p}: line {n}: {num} = {keys}" for p, h in hits.items() for n, num, keys in h)
+    assert not hits, "\n".join(
+        f"{p}: line {n}: {num} = {keys}" for p, h in hits.items() for n, num, keys in h
+    )
 
 
 def test_the_typed_number_check_catches_a_typed_value(tmp_path):
     page = tmp_path / "03-norm.md"
     text = (ROOT / "docs" / "en" / "03-norm.md").read_text()
-    n_norms = json.loads((ROOT / "docs" / "outputs" / "ch03_norm.json").read_text())["values"]["n_norms"]
-    head, _, tail = text.rpartition('{{ value("ch03_norm", "n_norms") }}')      # the one that reads the output
+    n_norms = json.loads((ROOT / "docs" / "outputs" / "ch03_norm.json").read_text())["values"][
+        "n_norms"
+    ]
+    # the one that reads the output
+    head, _, tail = text.rpartition('{{ value("ch03_norm", "n_norms") }}')
     page.write_text(head + str(n_norms) + tail + "\nThe largest difference was 8.29e-06.\n")
     found = {num for _, num, _ in prose.typed_numbers(page)}
     assert {str(n_norms), "8.29e-06"} <= found, found
 
 
-# ------------------------------------------------------------------------ words about measured numbers
+# --------------------------------------------------------------------- words about measured numbers
 def _values(name):
-    return {k: float(str(v).rstrip("%").replace(",", "")) for k, v in
-            hooks._provenance(name)["values"].items()
-            if re.fullmatch(r"-?[\d,]+(\.\d+)?%?", str(v))}
+    return {
+        k: float(str(v).rstrip("%").replace(",", ""))
+        for k, v in hooks._provenance(name)["values"].items()
+        if re.fullmatch(r"-?[\d,]+(\.\d+)?%?", str(v))
+    }
 
 
 def _clear_profile():
     """The timed profile of one clear decode step that bench_steps recorded (not a flat value)."""
-    return next(r["profile"] for r in hooks._provenance("bench_steps")["results"]["steps"] if "profile" in r)
+    return next(
+        r["profile"] for r in hooks._provenance("bench_steps")["results"]["steps"] if "profile" in r
+    )
 
 
-# (what the pages say in words, which outputs it is about, a test of the recorded values). When a rerun breaks
-# one, the sentence on the page is no longer true: change the page (both editions) with the numbers.
+# (what the pages say in words, which outputs it is about, a test of the recorded values). When a
+# rerun breaks one, the sentence on the page is no longer true: change the page (both editions) with
+# the numbers.
 CLAIMS = [
     # the full run on the AVX2-only AMD EPYC (bench_08b), quoted in chapters 13, 15 and 16
-    ("13: on the AVX2 EPYC the path that widened to fp32 prefilled faster than the clear bf16 model", "bench_08b",
-     lambda v: v["prefill_128_fast"] > v["prefill_128_clear"]),
-    ("16: on the AVX2 EPYC int8 weights did not make decoding twice as fast as bf16", "bench_08b",
-     lambda v: v["decode_128_int8"] < 2 * v["decode_128_fast"]),
-    ("16: on the AVX2 EPYC the int8 kernel read fewer bytes per second than a plain read", "bench_08b",
-     lambda v: v["gemv_int8_GBps"] < v["read_GBps"]),
-    ("16: on the AVX2 EPYC w8a8 closed most of the gap between int8 and llama.cpp q8_0", "bench_08b",
-     lambda v: v["decode_128_w8a8"] - v["decode_128_int8"] > (v["decode_128_llama_q8_0"] - v["decode_128_int8"]) / 2),
-    ("15: over 8192 tokens the fused kernel is the slower of the two for one query", "bench_08b",
-     lambda v: v["attn_8192_sdpa_ms"] > v["attn_8192_ours_ms"]),
-    ("15: over 2048 tokens the two attention kernels were close", "bench_08b",
-     lambda v: 2 / 3 < v["attn_2048_sdpa_ms"] / v["attn_2048_ours_ms"] < 3 / 2),
+    (
+        "13: on the AVX2 EPYC the path that widened to fp32 prefilled faster than the clear bf16 "
+        "model",
+        "bench_08b",
+        lambda v: v["prefill_128_fast"] > v["prefill_128_clear"],
+    ),
+    (
+        "16: on the AVX2 EPYC int8 weights did not make decoding twice as fast as bf16",
+        "bench_08b",
+        lambda v: v["decode_128_int8"] < 2 * v["decode_128_fast"],
+    ),
+    (
+        "16: on the AVX2 EPYC the int8 kernel read fewer bytes per second than a plain read",
+        "bench_08b",
+        lambda v: v["gemv_int8_GBps"] < v["read_GBps"],
+    ),
+    (
+        "16: on the AVX2 EPYC w8a8 closed most of the gap between int8 and llama.cpp q8_0",
+        "bench_08b",
+        lambda v: (
+            v["decode_128_w8a8"] - v["decode_128_int8"]
+            > (v["decode_128_llama_q8_0"] - v["decode_128_int8"]) / 2
+        ),
+    ),
+    (
+        "15: over 8192 tokens the fused kernel is the slower of the two for one query",
+        "bench_08b",
+        lambda v: v["attn_8192_sdpa_ms"] > v["attn_8192_ours_ms"],
+    ),
+    (
+        "15: over 2048 tokens the two attention kernels were close",
+        "bench_08b",
+        lambda v: 2 / 3 < v["attn_2048_sdpa_ms"] / v["attn_2048_ours_ms"] < 3 / 2,
+    ),
     # the 0.8B config (ch13_measuring)
-    ("16: the head is a third of 0.8B's weights", "ch13_measuring",
-     lambda v: 30 <= v["head_share"] <= 37),
-    ("16: the head in int8 saves about a sixth of a bf16 step's bytes, not a third", "ch13_measuring",
-     lambda v: 100 / 7 < v["head_share"] / 2 < 100 / 5),
+    (
+        "16: the head is a third of 0.8B's weights",
+        "ch13_measuring",
+        lambda v: 30 <= v["head_share"] <= 37,
+    ),
+    (
+        "16: the head in int8 saves about a sixth of a bf16 step's bytes, not a third",
+        "ch13_measuring",
+        lambda v: 100 / 7 < v["head_share"] / 2 < 100 / 5,
+    ),
     # the accuracy and bytes of chapter 16's variants (ch16_int8)
-    ("16: rounding the activations too costs more than the weights alone", "ch16_int8",
-     lambda v: v["decode_err_w8a8"] > v["decode_err_int8_everywhere"]),
-    ("16: int4 reads fewer bytes than int8, int8 fewer than bf16, the int8 head alone fewer than bf16", "ch16_int8",
-     lambda v: v["bytes_int4_everywhere"] < v["bytes_int8_everywhere"] < v["bytes_int8_head_only"]
-     < v["bytes_clear_bf16"]),
+    (
+        "16: rounding the activations too costs more than the weights alone",
+        "ch16_int8",
+        lambda v: v["decode_err_w8a8"] > v["decode_err_int8_everywhere"],
+    ),
+    (
+        "16: int4 reads fewer bytes than int8, int8 fewer than bf16, the int8 head alone fewer "
+        "than bf16",
+        "ch16_int8",
+        lambda v: (
+            v["bytes_int4_everywhere"]
+            < v["bytes_int8_everywhere"]
+            < v["bytes_int8_head_only"]
+            < v["bytes_clear_bf16"]
+        ),
+    ),
     # the steps chain on the CPU it ran on (bench_steps)
-    ("13: our clear model is about as fast as transformers", "bench_steps",
-     lambda v: all(2 / 3 < v[f"clear_vs_hf_{k}"] < 3 / 2 for k in ("prefill", "decode"))),
-    ("13: the matrix products take the largest share of a clear decode step", "bench_steps",
-     lambda v: _clear_profile()["ops"][0]["op"] in ("aten::mm", "aten::addmm", "aten::linear")
-     and _clear_profile()["ops"][0]["ms"] > _clear_profile()["ms_per_step"] / 3),
-    ("14: once loaded, the mapped model runs about as fast as the clear one (a ratio near 1)", "bench_steps",
-     lambda v: all(0.8 < v[f"mapped_load_{k}_x"] < 1.25 for k in ("prefill", "decode"))),
+    (
+        "13: our clear model is about as fast as transformers",
+        "bench_steps",
+        lambda v: all(2 / 3 < v[f"clear_vs_hf_{k}"] < 3 / 2 for k in ("prefill", "decode")),
+    ),
+    (
+        "13: the matrix products take the largest share of a clear decode step",
+        "bench_steps",
+        lambda v: (
+            _clear_profile()["ops"][0]["op"] in ("aten::mm", "aten::addmm", "aten::linear")
+            and _clear_profile()["ops"][0]["ms"] > _clear_profile()["ms_per_step"] / 3
+        ),
+    ),
+    (
+        "14: once loaded, the mapped model runs about as fast as the clear one (a ratio near 1)",
+        "bench_steps",
+        lambda v: all(0.8 < v[f"mapped_load_{k}_x"] < 1.25 for k in ("prefill", "decode")),
+    ),
 ]
 
 

@@ -1,5 +1,7 @@
-"""The site: both editions have the same pages and code, every repository file belongs to a chapter, and
-`mkdocs build --strict` (notebooks executed) is clean with the language switcher landing on the twin page."""
+"""The site: both editions have the same pages and code, every repository file belongs to a chapter,
+and `mkdocs build --strict` (notebooks executed) is clean with the language switcher landing on the
+twin page."""
+
 import os
 import re
 import subprocess
@@ -14,16 +16,25 @@ from book.hooks import MACRO, chapters
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted(p.relative_to(DOCS / "zh").as_posix() for p in (DOCS / "zh").rglob("*") if p.suffix in (".md", ".ipynb"))
+PAGES = sorted(
+    p.relative_to(DOCS / "zh").as_posix()
+    for p in (DOCS / "zh").rglob("*")
+    if p.suffix in (".md", ".ipynb")
+)
 
 
 def test_every_page_exists_in_both_editions():
-    en = sorted(p.relative_to(DOCS / "en").as_posix() for p in (DOCS / "en").rglob("*") if p.suffix in (".md", ".ipynb"))
+    en = sorted(
+        p.relative_to(DOCS / "en").as_posix()
+        for p in (DOCS / "en").rglob("*")
+        if p.suffix in (".md", ".ipynb")
+    )
     assert PAGES == en, f"only in zh: {set(PAGES) - set(en)}; only in en: {set(en) - set(PAGES)}"
 
 
 def _parts(text):
-    """What must be equal in both editions: front matter, included code, and the outputs/figures used."""
+    """What must be equal in both editions: front matter, included code, and the outputs/figures
+    used."""
     front = yaml.safe_load(text.split("---\n", 2)[1]) if text.startswith("---\n") else {}
     includes = re.findall(r"^\s*--8<--\s+(.+)$", text, flags=re.M)
     macros = [(m.group(1), (m.group(2) or "").split(",")[0].strip()) for m in MACRO.finditer(text)]
@@ -39,14 +50,22 @@ def test_editions_share_code_outputs_and_front_matter(page):
 
 
 def test_nav_titles_are_translated():
-    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)  # BaseLoader: skip !ENV tags
-    en = next(lang for lang in next(p for p in config["plugins"] if "i18n" in p)["i18n"]["languages"]
-              if lang["locale"] == "en")
+    # BaseLoader: skip !ENV tags
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    en = next(
+        lang
+        for lang in next(p for p in config["plugins"] if "i18n" in p)["i18n"]["languages"]
+        if lang["locale"] == "en"
+    )
     sections = [next(iter(item)) for item in config["nav"] if isinstance(item, dict)]
     missing = [s for s in sections if s not in en["nav_translations"]]
     assert not missing, f"nav titles with no English translation: {missing}"
-    listed = re.findall(r"([\w/.-]+\.(?:md|ipynb))", (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1])
-    assert sorted(listed) == PAGES, "every page is in the nav, and the nav names only pages that exist"
+    listed = re.findall(
+        r"([\w/.-]+\.(?:md|ipynb))", (ROOT / "mkdocs.yml").read_text().split("\nnav:", 1)[1]
+    )
+    assert sorted(listed) == PAGES, (
+        "every page is in the nav, and the nav names only pages that exist"
+    )
 
 
 def test_every_file_belongs_to_one_chapter():
@@ -54,10 +73,14 @@ def test_every_file_belongs_to_one_chapter():
     for page, meta in chapters().items():
         for f in meta.get("new", []):
             owners.setdefault(f, []).append(page)
-    files = sorted(p.relative_to(ROOT).as_posix() for d in ("qwen", "scripts") for p in (ROOT / d).glob("*.py"))
+    files = sorted(
+        p.relative_to(ROOT).as_posix() for d in ("qwen", "scripts") for p in (ROOT / d).glob("*.py")
+    )
     assert [f for f in files if f not in owners] == [], "files no chapter introduces"
     assert {f: o for f, o in owners.items() if len(o) > 1} == {}, "files introduced twice"
-    assert [f for f in owners if not (ROOT / f).is_file()] == [], "chapters list files that do not exist"
+    assert [f for f in owners if not (ROOT / f).is_file()] == [], (
+        "chapters list files that do not exist"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +88,13 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "true", "NO_MKDOCS_2_WARNING": "1"}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     print(f"mkdocs build --strict (notebooks executed): {time.perf_counter() - start:.1f} s")
     assert proc.returncode == 0, proc.stderr[-5000:]
     return out
@@ -84,7 +112,9 @@ def test_built_page_in_both_editions_with_switcher_to_its_twin(site, page):
     assert '<html lang="zh"' in zh and '<html lang="en"' in en
     stem = page.rsplit(".", 1)[0]
     twin = "en/" if stem == "index" else f"en/{stem}/"
-    assert re.search(rf'href="[^"]*{re.escape(twin)}"\s+hreflang="en"', zh), "the switcher does not land on the twin"
+    assert re.search(rf'href="[^"]*{re.escape(twin)}"\s+hreflang="en"', zh), (
+        "the switcher does not land on the twin"
+    )
     assert "--8<--" not in zh and "{{" not in zh.split("<article", 1)[-1].split("</article>")[0]
 
 
@@ -94,11 +124,12 @@ def test_chinese_search_index_is_segmented(site):
 
 
 def test_each_edition_searches_its_own_index(site):
-    """One index per edition, in its own language: English pages never answer a Chinese search and the other way
-    round. The Chinese index is cut into words by jieba and has no stemmer; the English one is stemmed by the
-    book's lunr language "book_en" (each word and its stem: Material searches words as prefixes, which a stem alone
-    never matches), whose file the site serves. A result reads as text: no TeX, no heading's ¶, and no zero-width
-    spaces in the English index (the Chinese one cuts its words at them)."""
+    """One index per edition, in its own language: English pages never answer a Chinese search and
+    the other way round. The Chinese index is cut into words by jieba and has no stemmer; the
+    English one is stemmed by the book's lunr language "book_en" (each word and its stem: Material
+    searches words as prefixes, which a stem alone never matches), whose file the site serves. A
+    result reads as text: no TeX, no heading's ¶, and no zero-width spaces in the English index (the
+    Chinese one cuts its words at them)."""
     import json
 
     zh = json.loads((site / "search" / "search_index.json").read_text())
@@ -106,16 +137,31 @@ def test_each_edition_searches_its_own_index(site):
     assert zh["config"]["lang"] == ["zh"] and en["config"]["lang"] == ["book_en"]
     assert "stemmer" not in zh["config"]["pipeline"] and "stemmer" in en["config"]["pipeline"]
     assert (site / "assets" / "javascripts" / "lunr" / "min" / "lunr.book_en.min.js").is_file()
-    assert not [d["location"] for d in zh["docs"] if d["location"].startswith("en/")], "English pages in zh search"
+    assert not [d["location"] for d in zh["docs"] if d["location"].startswith("en/")], (
+        "English pages in zh search"
+    )
     assert {d["location"].split("/")[0] for d in zh["docs"]} >= {"02-embedding"}
-    assert len({d["location"].split("#")[0] for d in en["docs"]}) == len({d["location"].split("#")[0] for d in zh["docs"]})
-    prose = {d["location"]: re.sub(r"<pre\b.*?</pre>|<code\b.*?</code>", "", d["title"] + " " + d["text"], flags=re.S)
-             for d in zh["docs"] + en["docs"]}
-    raw = [(where, m) for where, text in prose.items()
-           for m in re.findall(r"\\[(\[].{0,20}|\$[^$]{0,40}\\[A-Za-z]+|\$\$", text)]
+    assert len({d["location"].split("#")[0] for d in en["docs"]}) == len(
+        {d["location"].split("#")[0] for d in zh["docs"]}
+    )
+    prose = {
+        d["location"]: re.sub(
+            r"<pre\b.*?</pre>|<code\b.*?</code>", "", d["title"] + " " + d["text"], flags=re.S
+        )
+        for d in zh["docs"] + en["docs"]
+    }
+    raw = [
+        (where, m)
+        for where, text in prose.items()
+        for m in re.findall(r"\\[(\[].{0,20}|\$[^$]{0,40}\\[A-Za-z]+|\$\$", text)
+    ]
     assert not raw, f"search snippets with raw TeX: {raw[:5]}"
-    assert not [where for where, text in prose.items() if "¶" in text], "search titles with a heading's ¶"
-    assert not [d["location"] for d in en["docs"] if "\u200b" in d["title"] + d["text"]], "zero-width spaces in en"
+    assert not [where for where, text in prose.items() if "¶" in text], (
+        "search titles with a heading's ¶"
+    )
+    assert not [d["location"] for d in en["docs"] if "\u200b" in d["title"] + d["text"]], (
+        "zero-width spaces in en"
+    )
 
 
 def test_each_edition_has_its_own_404_page(site):
@@ -125,22 +171,34 @@ def test_each_edition_has_its_own_404_page(site):
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
 def test_included_code_is_titled_with_its_file(lang):
-    """A block of included code says which file it comes from (```python title="qwen/embedding.py")."""
+    """A block of included code says which file it comes from (```python
+    title="qwen/embedding.py")."""
     untitled = []
     for page in sorted((DOCS / lang).rglob("*.md")):
         lines = page.read_text().split("\n")
         for i, line in enumerate(lines[:-1]):
             include = re.match(r'\s*--8<--\s+"([^":]+)', lines[i + 1])
-            if include and re.match(r"\s*```python", line) and f'title="{include.group(1)}"' not in line:
-                untitled.append(f"{page.relative_to(DOCS)}:{i + 1}: {line.strip()} (include {include.group(1)})")
+            if (
+                include
+                and re.match(r"\s*```python", line)
+                and f'title="{include.group(1)}"' not in line
+            ):
+                untitled.append(
+                    f"{page.relative_to(DOCS)}:{i + 1}: {line.strip()} (include {include.group(1)})"
+                )
     assert not untitled, "\n".join(untitled)
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
 def test_what_the_chapter_runs_is_one_box(lang):
-    """{{ runs(...) }} expands into a box with its own title: it stands alone on its line, said once."""
-    bad = [f"{p.relative_to(DOCS)}: {line.strip()}" for p in sorted((DOCS / lang).rglob("*.md"))
-           for line in p.read_text().split("\n") if "{{ runs(" in line and not re.fullmatch(r"\{\{ runs\([^)]*\) \}\}", line.strip())]
+    """{{ runs(...) }} expands into a box with its own title: it stands alone on its line, said
+    once."""
+    bad = [
+        f"{p.relative_to(DOCS)}: {line.strip()}"
+        for p in sorted((DOCS / lang).rglob("*.md"))
+        for line in p.read_text().split("\n")
+        if "{{ runs(" in line and not re.fullmatch(r"\{\{ runs\([^)]*\) \}\}", line.strip())
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -182,7 +240,7 @@ t = "不合并"
 > 接着说。
 > > 更深一层，
 > 不合并
-"""
+"""  # noqa: W291 (two trailing spaces: a Markdown hard break the test needs)
 
 
 def _zh_page(markdown, lang="zh"):
@@ -191,28 +249,39 @@ def _zh_page(markdown, lang="zh"):
     from book.hooks import on_page_markdown
 
     page = SimpleNamespace(file=SimpleNamespace(src_uri=f"{lang}/sample.md"), meta={})
-    return on_page_markdown(markdown, page, SimpleNamespace(repo_url="https://example.invalid/book"), None)
+    return on_page_markdown(
+        markdown, page, SimpleNamespace(repo_url="https://example.invalid/book"), None
+    )
 
 
 def test_zh_line_breaks_between_chinese_characters_are_joined():
-    """A soft line break between two CJK characters renders as a visible space ("运行）： 它的"): the zh edition
-    joins those lines, and leaves code, lists, boxes' edges, headings, tables, hard breaks and English alone."""
+    """A soft line break between two CJK characters renders as a visible space ("运行）： 它的"):
+    the zh edition joins those lines, and leaves code, lists, boxes' edges, headings, tables, hard
+    breaks and English alone."""
     out = _zh_page(ZH_SAMPLE)
-    assert "第一行说到这里，第二行接着说（见第 14 章）：它的 `Linear` 也一样。**粗体**收尾，**下一行**开头是粗体。" in out
-    assert "English at the end\n中文开头，接在英文后面。中文结尾\nEnglish at the start." in out  # English-CJK kept
-    assert "- 列表项，续行。\n- 下一项" in out                          # a list item's lines join, items do not
-    assert 's = "代码里，"\nt = "不合并"' in out                          # fenced code
-    assert "    框里的话，接着说。\n" in out                               # inside a box, at its indent
-    assert "## 标题\n正文" in out and "| 表格，\n| 不合并 |" in out        # headings, tables
-    assert "    缩进的代码，\n    不合并" in out                           # indented code
-    assert "硬换行  \n不合并" in out                                      # a hard break
-    assert "> 引用的第一行，接着说。\n> > 更深一层，\n> 不合并" in out      # a quote's lines, at one depth
-    assert _zh_page(ZH_SAMPLE, "en").startswith(ZH_SAMPLE)               # the English edition is left as written
+    assert (
+        "第一行说到这里，第二行接着说（见第 14 章）：它的 `Linear` 也一样。**粗体**收尾，"
+        "**下一行**开头是粗体。" in out
+    )
+    assert (
+        "English at the end\n中文开头，接在英文后面。中文结尾\nEnglish at the start." in out
+    )  # English-CJK kept
+    assert "- 列表项，续行。\n- 下一项" in out  # a list item's lines join, items do not
+    assert 's = "代码里，"\nt = "不合并"' in out  # fenced code
+    assert "    框里的话，接着说。\n" in out  # inside a box, at its indent
+    assert "## 标题\n正文" in out and "| 表格，\n| 不合并 |" in out  # headings, tables
+    assert "    缩进的代码，\n    不合并" in out  # indented code
+    assert "硬换行  \n不合并" in out  # a hard break
+    assert (
+        "> 引用的第一行，接着说。\n> > 更深一层，\n> 不合并" in out
+    )  # a quote's lines, at one depth
+    assert _zh_page(ZH_SAMPLE, "en").startswith(ZH_SAMPLE)  # the English edition is left as written
 
 
 def test_zh_provenance_names_the_model_in_chinese():
-    """The zh edition shows the run's model in Chinese: every recorded label that is English prose has a Chinese
-    rendering; plain model names (Qwen/Qwen3.5-0.8B) are shown as they are. The English edition keeps the label."""
+    """The zh edition shows the run's model in Chinese: every recorded label that is English prose
+    has a Chinese rendering; plain model names (Qwen/Qwen3.5-0.8B) are shown as they are. The
+    English edition keeps the label."""
     import json
 
     from book.hooks import _provenance_note, model_label
@@ -229,14 +298,17 @@ def test_zh_provenance_names_the_model_in_chinese():
         if label == model and not re.fullmatch(r"[\w./-]+", model):
             untranslated[path.name] = model
         assert model_label({"model": model}, "en") == model
-    assert not untranslated, f"model labels with no Chinese rendering (book/hooks.py MODEL_ZH): {untranslated}"
+    assert not untranslated, (
+        f"model labels with no Chinese rendering (book/hooks.py MODEL_ZH): {untranslated}"
+    )
     assert model_label({"model": "Qwen/Qwen3.5-0.8B"}, "zh") == "Qwen/Qwen3.5-0.8B"
 
 
 def test_zh_pages_show_no_space_between_chinese_lines(site):
-    """In the built zh pages no paragraph keeps a line break between two Chinese characters: the chapters are
-    joined as they are built, the lessons' markdown cells must be written joined (mkdocs-jupyter renders them
-    without the book's hooks; book.hooks.join_cjk_lines joins a cell's lines)."""
+    """In the built zh pages no paragraph keeps a line break between two Chinese characters: the
+    chapters are joined as they are built, the lessons' markdown cells must be written joined
+    (mkdocs-jupyter renders them without the book's hooks; book.hooks.join_cjk_lines joins a cell's
+    lines)."""
     from book.hooks import CJK
 
     gaps = {}
