@@ -29,7 +29,8 @@ class Cache:
 
     def __init__(self, cfg, batch=1):
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            raise ValueError(f"batch={batch!r}: must be a whole number >= 1 (sequences in the cache)")
+            raise ValueError(f"batch={batch!r}: must be a whole number >= 1 "
+                             "(sequences in the cache)")
         self.seq_len = 0
         conv_dim = (2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim  # q | k | v channels
                     + cfg.linear_num_value_heads * cfg.linear_value_head_dim)

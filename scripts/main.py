@@ -66,9 +66,9 @@ def parse_args(argv):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     p.add_argument("--quantize", choices=["int8", "w8a8", "int4"],
-                   help="int8: int8 weights, half the bytes of bf16 to read per token; w8a8: int8 weights "
-                        "and int8 activations when decoding; int4: 4-bit weights in groups of 32 "
-                        "(chapter 16)")
+                   help="int8: int8 weights, half the bytes of bf16 to read per token; "
+                        "w8a8: int8 weights and int8 activations when decoding; "
+                        "int4: 4-bit weights in groups of 32 (chapter 16)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")
@@ -136,7 +136,8 @@ def load_model(args):
         if args.quantize in ("w8a8", "int4") and args.device != "cpu":
             raise Abort(f"--quantize {args.quantize} runs on CPU kernels: use --device cpu, "
                         "or --quantize int8")
-        model = fast.from_pretrained(folder, DTYPES[args.dtype], args.device, quantize=args.quantize)
+        model = fast.from_pretrained(folder, DTYPES[args.dtype], args.device,
+                                     quantize=args.quantize)
     except (CheckpointError, FileNotFoundError, ValueError) as e:    # each names the file
         raise Abort(str(e)) from None
     try:
