@@ -2,7 +2,6 @@
 # --8<-- [start:imports]
 import torch
 
-from qwen.cache import Cache
 from qwen.checks import check_draw, check_prompt, check_sampling
 
 STOP_IDS = (248046, 248044)     # <|im_end|> ends a chat turn, <|endoftext|> ends a document
@@ -66,7 +65,7 @@ def generate(model, ids, max_new_tokens, temperature=0.0, top_k=0, top_p=1.0, pr
     ids = check_prompt(ids, model.cfg)
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     device = model.embed_tokens.weight.device
-    cache = Cache(model.cfg)
+    cache = model.new_cache(max_tokens=len(ids) + max_new_tokens)     # empty, room for all
     seen, generated = list(ids), []
     x = torch.tensor([seen], device=device)         # [1, T]: the whole prompt in one call (prefill)
     # the answer stops where the model's positions end
