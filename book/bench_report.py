@@ -1,5 +1,6 @@
 """The benchmark's report: its tables, the values the pages quote, its figures, and its outputs in
-docs/outputs (written like book.regen's: one set of files, all or nothing). scripts/bench.py measures."""
+docs/outputs (written like book.regen's: one set of files, all or nothing). scripts/bench.py
+measures."""
 
 import datetime
 import os
@@ -63,7 +64,8 @@ def steps_table(res):
         lines.append(
             "from a cold process to the first token of a 128-token prompt: "
             + ", ".join(
-                f"{k} {v['first_token_s']:.2f} s (load {v['seconds']:.2f} s, peak RSS {v['peak_rss'] / 1e9:.2f} GB)"
+                f"{k} {v['first_token_s']:.2f} s (load {v['seconds']:.2f} s, "
+                f"peak RSS {v['peak_rss'] / 1e9:.2f} GB)"
                 for k, v in res["load"].items()
                 if "first_token_s" in v
             )
@@ -106,8 +108,42 @@ def print_row(label, row):
     print(f"  {label:18}" + "  ".join(f"{k} {v['tok_s']:8.2f}" for k, v in row.items()), flush=True)
 
 
+ORDER = [
+    "ours clear",
+    "ours fast",
+    "ours int8",
+    "ours int4",
+    "ours w8a8",
+    "ours compiled",
+    "transformers",
+    "llama.cpp bf16",
+    "llama.cpp q8_0",
+    "llama.cpp q4_0",
+]
+
+
+def in_order(res):
+    """The run with its lengths in numeric order and its systems in the book's order (a run read
+    back from a provenance file has them sorted as text: "2048" before "512")."""
+    rank = {name: i for i, name in enumerate(ORDER)}
+    res = dict(res)
+    for kind in ("prefill", "decode", "context_pairs", "attention"):
+        if kind in res:
+            rows = sorted(res[kind].items(), key=lambda kv: int(kv[0]))
+            res[kind] = {
+                n: dict(sorted(row.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+                if kind in ("prefill", "decode")
+                else row
+                for n, row in rows
+            }
+    if "long_prefill" in res:
+        res["long_prefill"] = dict(sorted(res["long_prefill"].items(), key=lambda kv: int(kv[0])))
+    return res
+
+
 def table(res):
     """One row per system, one column per measurement: tokens/s (x paired ratio to the base)."""
+    res = in_order(res)
     b, lim = res["bounds"], res["limits"]
     cols = [("prefill", n) for n in res["prefill"]] + [("decode", n) for n in res["decode"]]
     names = list(dict.fromkeys(name for kind, n in cols for name in res[kind][n]))
@@ -117,7 +153,7 @@ def table(res):
         f"tokens/s, median of {res['repeats']} (x = median of paired ratios to {base})",
         f"{'':16}"
         + "".join(
-            f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>13}" for k, n in cols
+            f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>15}" for k, n in cols
         ),
     ]
     for name in names:
@@ -125,15 +161,15 @@ def table(res):
         for kind, n in cols:
             r = res[kind][n].get(name)
             if r is None:
-                cells += f"{'-':>13}"
+                cells += f"{'-':>8}{'':7}"
             else:
                 x = f" x{r['x_' + base]:.2f}" if "x_" + base in r and name != base else ""
-                cells += f"{r['tok_s']:>7.2f}{x:<6}"
+                cells += f"{r['tok_s']:>8.2f}{x:<7}"  # " x16.90": 7 wide
         lines.append(f"{name:16}{cells}")
     lines.append(
         f"{'bound':16}"
         + "".join(
-            f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>7.1f}{'':6}"
+            f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>8.1f}{'':7}"
             for k, n in cols
         )
     )
@@ -150,7 +186,8 @@ def table(res):
         lines.append(
             f"torch.compile: the first decode call took {res['compile_seconds']:.1f} s"
             + (
-                f" ({res['compile_seconds_warm_cache']:.1f} s with torch's compile cache already filled)"
+                f" ({res['compile_seconds_warm_cache']:.1f} s with torch's compile cache "
+                "already filled)"
                 if "compile_seconds_warm_cache" in res
                 else ""
             )
@@ -203,6 +240,7 @@ def table(res):
 
 def flat_values(res):
     """The numbers the pages quote, under flat keys: {{ value("bench_08b", "decode_128_fast") }}."""
+    res = in_order(res)
     v = {}
     for kind in ("prefill", "decode"):
         for n, row in res[kind].items():
@@ -250,7 +288,8 @@ def flat_values(res):
         if "read_ms" in a:
             v[f"attn_{n}_read_ms"] = f"{a['read_ms']:.2f}"
             v[f"attn_{n}_ours_vs_read"] = f"{a['ours_ms'] / a['read_ms']:.1f}"
-        # what one token reads from the KV caches of the attention layers, next to the weights' bytes
+        # what one token reads from the KV caches of the attention layers, next to the weights'
+        # bytes
         layers = res.get("attention_layers", 6)
         v[f"kv_{n}_vs_weights"] = (
             f"{layers * a['cache_MB'] * 1e6 / (2 * res['bounds']['params']):.1%}"
@@ -276,7 +315,8 @@ def flat_values(res):
 
 
 def steps_values(res):
-    """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast") }}."""
+    """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast")
+    }}."""
     v = {
         "cpu": res["cpu"]["name"],
         "cpu_flags": ", ".join(res["cpu"]["flags"]),
@@ -309,12 +349,42 @@ def steps_values(res):
         v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
         if "first_token_s" in x:
             v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
-    v.update({k: f"{x:.1f}" for k, x in res.get("limits", {}).items()})
+    lim = res.get("limits", {})
+    v.update({k: f"{x:.1f}" for k, x in lim.items()})
+    prof = next((r["profile"] for r in res["steps"] if "profile" in r), None)
+    if prof:
+        top = prof["ops"][0]
+        v.update(
+            profile_ms=f"{prof['ms_per_step']:.0f}",
+            profile_calls=f"{prof['calls']:,}",
+            profile_top_op=top["op"],
+            profile_top_ms=f"{top['ms']:.0f}",
+            profile_top_share=f"{top['ms'] / prof['ms_per_step']:.0%}",
+        )
+    if lim:
+        from qwen.weights import Config, parameter_budget
+
+        budget = parameter_budget(Config.load(ROOT / "book" / "data" / "qwen3.5-0.8b"))
+        params, head, read = sum(budget.values()), budget["embedding"], lim["read_GBps"] * 1e9
+        peak = max(lim["gemm_fp32_GFLOPs"], lim["gemm_bf16_GFLOPs"])
+        v.update(
+            bound_decode_bf16=f"{read / (2 * params):.1f}",
+            bound_decode_int8=f"{read / params:.1f}",
+            bound_decode_int4=f"{read / (0.625 * params):.1f}",
+            bound_prefill=f"{peak * 1e9 / (2 * (params - head)):.0f}",
+            ridge=f"{peak / lim['read_GBps']:.0f}",
+            peak_GFLOPs=f"{peak:.0f}",
+        )
+    for r in res.get("batch_sweep", []):
+        for k in ("plain", "packed"):
+            if f"{k}_GFLOPs" in r:
+                v[f"sweep_{r['batch']}_{k}"] = f"{r[f'{k}_GFLOPs']:.0f}"
     return v
 
 
-def write_outputs(res, text, folder, name="bench_08b"):
-    """docs/outputs/<name>.txt and .json (with "measured": true, the CPU and the load) and its figures,
+def write_outputs(res, text, folder, name="bench_08b", date=None, sha256=None):
+    """docs/outputs/<name>.txt and .json (with "measured": true, the CPU and the load) and its
+    figures,
     replaced together through book.regen (a crash leaves all of them or none)."""
     from book import out
 
@@ -471,7 +541,8 @@ def draw_roofline(res, t):
 
 
 def draw_long(res, t):
-    """ms per prompt token against prompt length: the fast path's curve (the prefill rows and the long
+    """ms per prompt token against prompt length: the fast path's curve (the prefill rows and the
+    long
     prompts), and the other systems where they were timed."""
     import matplotlib.pyplot as plt
 
@@ -486,7 +557,8 @@ def draw_long(res, t):
         for name in labels:
             if name in row:
                 series[name][int(n)] = row[name]["tok_s"]
-    # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot as categories
+    # lengths as numbers: read back with --from-json they are strings, which matplotlib would plot
+    # as categories
     series["ours fast"].update({int(n): tok_s for n, tok_s in res["long_prefill"].items()})
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for name, style in zip(labels, ("o-", "s--", "^:", "v:")):
@@ -507,5 +579,8 @@ def draw_long(res, t):
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         axis(FuncFormatter(lambda y, _: f"{y:g}"))  # 20, 30, 60 rather than 2 x 10^1
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    # below the plot: on a phone the figure scrolls sideways, and a legend on the right is
+    # off-screen
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.tight_layout()
     return fig

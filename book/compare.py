@@ -1,16 +1,24 @@
 """What `python -m book.regen --check` compares: what a reader sees, not the last bits of a float.
 
-Another CPU (or the same CPU with other vector instructions) sums in another order, so floats differ in their last
-bits and an SVG's path coordinates move by 1e-4 px. A reader notices none of that. So an output is the same when:
+Another CPU (or the same CPU with other vector instructions) sums in another order, so floats differ
+in their last
+bits and an SVG's path coordinates move by 1e-4 px. A reader notices none of that. So an output is
+the same when:
 
-- its printed text is the same word for word, every printed integer is the same (counts, sizes, config arithmetic:
-  6 tokens, 752,393,024 parameters), and every other printed number is within one unit of its last printed digit
+- its printed text is the same word for word, every printed integer is the same (counts, sizes,
+config arithmetic:
+  6 tokens, 752,393,024 parameters), and every other printed number is within one unit of its last
+  printed digit
   (a rounding flip of a value computed in fp32: 0.62 and 0.63);
-- a value recorded with `book.out.record_measured` (computed through bf16 or int8 kernels, or an argmax agreement
-  over near-equal logits, whose digits depend on the CPU) stays within its stated tolerance of the committed one;
-- a value recorded with `book.out.record_error` (a rounding-error size, e.g. the largest difference to the
+- a value recorded with `book.out.record_measured` (computed through bf16 or int8 kernels, or an
+argmax agreement
+  over near-equal logits, whose digits depend on the CPU) stays within its stated tolerance of the
+  committed one;
+- a value recorded with `book.out.record_error` (a rounding-error size, e.g. the largest difference
+to the
   reference) stays below its stated bound, whatever its digits;
-- a figure has the same texts (title, labels, tick labels, legend) and every plotted number lies within 0.1% of
+- a figure has the same texts (title, labels, tick labels, legend) and every plotted number lies
+within 0.1% of
   the span of its series (well under a pixel on the page).
 
 Anything else is a difference: another number, another word, a label, a curve that moved.
@@ -36,7 +44,8 @@ def _unit(token):
 
 def same_number(old, new, bound=None, tolerance=None):
     """Is the printed number `new` the same as `old` to a reader (see the module docstring)?
-    bound: an error size that must stay below it; tolerance: (abs, rel) of a kernel-dependent value."""
+    bound: an error size that must stay below it; tolerance: (abs, rel) of a kernel-dependent
+    value."""
     a, b = _parse(old), _parse(new)
     if bound is not None:  # a rounding-error size: only its bound is meaningful
         return abs(b) < bound
@@ -55,7 +64,8 @@ def printed_number(text):
 
 
 def _split(text):
-    """Text and numbers, alternating: ['x ', '6', ' tokens']: even items are words, odd items numbers."""
+    """Text and numbers, alternating: ['x ', '6', ' tokens']: even items are words, odd items
+    numbers."""
     parts, last = [], 0
     for m in NUMBER.finditer(text):
         parts += [text[last : m.start()], m.group(0)]
@@ -64,7 +74,8 @@ def _split(text):
 
 
 def compare_text(old, new, bounds=None, tolerances=None):
-    """Differences between two printed outputs, as lines a person can read; [] when they are the same."""
+    """Differences between two printed outputs, as lines a person can read; [] when they are the
+    same."""
     bounds = bounds or {}  # {printed token: bound} of the recorded error sizes
     tolerances = tolerances or {}  # {printed token: (abs, rel)} of kernel-dependent values
     old_lines, new_lines = old.splitlines(), new.splitlines()

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # mkdocs loads this file by path
     sys.path.insert(0, str(ROOT))
 
-from book import hooks  # noqa: E402
+from book import pages  # noqa: E402
+from book.cjk import join_cjk_lines  # noqa: E402
 
 DOCS = ROOT / "docs"
 NOTEBOOKS = ROOT / "notebooks"
@@ -105,7 +106,7 @@ def chapter_pages():
     return [
         (lang, name)
         for lang in LANGS
-        for name, meta in hooks.chapters().items()
+        for name, meta in pages.chapters().items()
         if "chapter" in meta
     ]
 
@@ -194,24 +195,17 @@ class Builder:
 
 
 def _macro(page, lang, line, m):
-    """One macro as the page shows it (book/hooks.py), figures linked from the published site."""
-    args = (
-        (page, lang, m, hooks.in_span(line, m.start()))
-        if hasattr(hooks, "in_span")
-        else (page, lang, m)
-    )
-    text = hooks._macro(*args)
+    """One macro as the page shows it (book/pages.py), figures linked from the published site."""
+    text = pages.macro(page, lang, m, pages.in_span(line, m.start()))
     return FIGURE.sub(lambda f: f"]({_repo()[3]}figures/", text) if m.group(1) == "figure" else text
 
 
 def expand_macros(page, lang, lines):
     """The page's lines with its macros expanded outside code, as the site does; {{ output }} lines
     are kept."""
-    if hasattr(hooks, "conditional_blocks"):
-        lines = hooks.conditional_blocks(lines, page)
-    # a break between Chinese characters is no space
-    if lang == "zh" and hasattr(hooks, "join_cjk_lines"):
-        lines = hooks.join_cjk_lines(lines)
+    lines = pages.conditional_blocks(lines, page)
+    if lang == "zh":  # a break between Chinese characters is no space
+        lines = join_cjk_lines(lines)
     out, in_code = [], False
     for line in lines:
         if line.lstrip().startswith("```"):
@@ -219,7 +213,7 @@ def expand_macros(page, lang, lines):
         if in_code or OUTPUT.match(line):
             out.append(line)
         else:
-            expanded = hooks.MACRO.sub(lambda m, line=line: _macro(page, lang, line, m), line)
+            expanded = pages.MACRO.sub(lambda m, line=line: _macro(page, lang, line, m), line)
             out += expanded.split("\n")
     return out
 
@@ -228,14 +222,14 @@ def _output(b, page, lang, line):
     """The stored output as the output of the cell that holds the script (or of the code cell just
     before, when nothing comes between), then what the page says about where it comes from; with no
     such cell, all as text."""
-    m = hooks.MACRO.search(line)
+    m = pages.MACRO.search(line)
     name = m.group(2).strip().strip("'\"")
-    p = hooks._provenance(name)
+    p = pages.provenance(name)
     text = (DOCS / "outputs" / f"{name}.txt").read_text()
     block = _macro(page, lang, line, m)
     last = b.cells[-1] if b.cells and not "\n".join(b.text).strip() else None
     last = b.scripts.get(p["script"], last)
-    shown = hooks.output_block(text, p, lang) if hasattr(hooks, "output_block") else None
+    shown = pages.output_block(text, p, lang)
     if last is not None and last.cell_type == "code" and shown and block.startswith(shown):
         last.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
         block = block[len(shown) :]
@@ -373,7 +367,7 @@ def main(argv=None):
 def on_page_markdown(markdown, page, config, files):
     """A chapter page gets its notebook's download button (overrides/main.html) and an "open in
     Colab" link."""
-    lang = hooks._lang(page)
+    lang = pages.lang_of(page)
     name = (
         PurePosixPath(page.file.src_uri).relative_to(lang).as_posix()
         if page.file.src_uri.startswith(lang + "/")

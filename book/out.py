@@ -13,7 +13,8 @@ def _out_dir():
 
 
 def record(**values):
-    """Numbers the prose quotes, saved next to the printed output so text and output cannot disagree."""
+    """Numbers the prose quotes, saved next to the printed output so text and output cannot
+    disagree."""
     path = _out_dir() / "values.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -21,9 +22,11 @@ def record(**values):
 
 
 def record_error(key, value, below):
-    """A rounding-error size (e.g. the largest difference to the reference): recorded and printed as `1.2e-07`.
+    """A rounding-error size (e.g. the largest difference to the reference): recorded and printed as
+    `1.2e-07`.
 
-    Its digits depend on the CPU's kernels, so `python -m book.regen --check` only asks that it stays below `below`.
+    Its digits depend on the CPU's kernels, so `python -m book.regen --check` only asks that it
+    stays below `below`.
     Returns the printed form, for the script's own print().
     """
     value = float(value)
@@ -60,7 +63,8 @@ def _numbers(values):
 
 
 def describe_figure(fig):
-    """What a reader sees in a figure, as data: every text, and every plotted number (book/compare.py compares it)."""
+    """What a reader sees in a figure, as data: every text, and every plotted number
+    (book/compare.py compares it)."""
     import numpy as np
 
     def texts(ax):
@@ -103,10 +107,13 @@ def describe_figure(fig):
 
 
 def save_figure(name, draw):
-    """draw(t) builds a figure whose labels come from t("中文", "English"); save it once per edition as SVG.
+    """draw(t) builds a figure whose labels come from t("中文", "English"); save it once per edition
+    as SVG.
 
-    Beside the SVGs goes `<name>.json`: the figure's texts per edition and its plotted numbers, which is what
-    `python -m book.regen --check` compares (an SVG's bytes differ in the last digits from one CPU to another).
+    Beside the SVGs goes `<name>.json`: the figure's texts per edition and its plotted numbers,
+    which is what
+    `python -m book.regen --check` compares (an SVG's bytes differ in the last digits from one CPU
+    to another).
     """
     import matplotlib
 
@@ -118,7 +125,7 @@ def save_figure(name, draw):
     folder.mkdir(parents=True, exist_ok=True)
     described = {"texts": {}}
     for lang in LANGS:
-        fig = draw(lambda zh, en: zh if lang == "zh" else en)
+        fig = draw(lambda zh, en, lang=lang: zh if lang == "zh" else en)
         fig.savefig(folder / f"{name}_{lang}.svg", metadata={"Date": None}, bbox_inches="tight")
         d = describe_figure(fig)
         described["texts"][lang] = d["texts"]

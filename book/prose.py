@@ -45,9 +45,9 @@ NOT_A_RESULT = [  # numbers that name things rather than measure them
 
 def shown(markdown):
     """The page as its readers see it now: lines of {{ tiny }} / {{ official }} blocks that the
-    current outputs hide are blanked (book/hooks.py decides which), so line numbers stay those of
+    current outputs hide are blanked (book/pages.py decides which), so line numbers stay those of
     the page."""
-    from book.hooks import BLOCK, END, is_tiny
+    from book.pages import BLOCK, END, is_tiny
 
     out, keep = [], True
     for line in markdown.split("\n"):

@@ -10,6 +10,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from qwen.attention import Attention
 from qwen.cache import KVCache
@@ -19,7 +20,6 @@ from qwen.mlp import MLP
 from qwen.model import Qwen
 from qwen.norm import RMSNorm, RMSNormGated
 from qwen.quant import QUANTIZED
-from qwen.rope import RotaryEmbedding
 from qwen.weights import (
     PREFIXES,
     SKIP,
@@ -87,16 +87,24 @@ def load_tensors(path, finite=True):
 
 
 # --8<-- [start:load_mapped]
+class EmptyOnMeta(TorchFunctionMode):
+    """Inside it, torch.empty (what every Parameter starts as) makes meta tensors: a shape and a
+    dtype, no memory; nn.Linear's random init then does nothing. Everything else runs as usual."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.empty and kwargs.get("device") is None:
+            kwargs["device"] = "meta"
+        return func(*args, **kwargs)
+
+
 def load_mapped(path, dtype=torch.bfloat16, finite=True):
-    """Step 1 (chapter 14): the clear model, built on the meta device (no memory, no random fill),
-    its Parameters then made from the mapped file itself: a weight in `dtype` is not copied."""
-    cfg = Config.load(path)
-    with torch.device("meta"):
-        model = Qwen(cfg)
+    """Step 1 (chapter 14): the clear model, its Parameters built on the meta device (no memory,
+    no random fill), then made from the mapped file itself: a weight in `dtype` is not copied."""
+    with EmptyOnMeta():
+        model = Qwen(Config.load(path))
     W = {k: t if t.dtype == dtype else t.to(dtype) for k, t in load_tensors(path, finite).items()}
     load(model, W)                                        # the clear loader's checks, all of them
-    # computed, not stored: made again off the meta device
-    model.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)
     return model.requires_grad_(False)
 # --8<-- [end:load_mapped]
 

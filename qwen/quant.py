@@ -87,7 +87,7 @@ def quantize_int4(w, group=GROUP):
     s = (hi - lo).clamp(min=1e-6) / 15                       # 16 levels from lo to hi
     q = ((g - lo) / s).round().clamp(0, 15)
     z = lo + 8 * s                                           # the value of the middle level, 8
-    return q.reshape(w.shape).to(torch.int32), s[..., 0], z[..., 0]   # [out, in], [out, in/group] x2
+    return q.reshape(w.shape).to(torch.int32), s[..., 0], z[..., 0]   # [out, in], [out, in/32] x2
 
 
 def dequantize_int4(q, s, z, group=GROUP):

@@ -1,16 +1,21 @@
-"""Benchmark: our model (clear and fast paths), transformers and llama.cpp on the same weights, next to
+"""Benchmark: our model (clear and fast paths), transformers and llama.cpp on the same weights, next
+to
 the limits of this machine measured in the same run.
 
-    python scripts/bench.py                      # Qwen3.5-0.8B shapes, random bf16 weights, 2 threads
+    python scripts/bench.py                      # Qwen3.5-0.8B shapes, random bf16 weights, 2
+    threads
     python scripts/bench.py --tiny --repeats 1   # the tiny test model: a smoke run, seconds
     python scripts/bench.py --json out.json      # also write every measurement as JSON
-    python scripts/bench.py --write              # docs/outputs/bench_*.txt/.json and figures (the book)
+    python scripts/bench.py --write              # docs/outputs/bench_*.txt/.json and figures (the
+    book)
     python scripts/bench.py --make-random-08b    # only build the random 0.8B checkpoint
 
 The 0.8B checkpoint is built once, deterministically, in .cache/random-qwen3.5-0.8b in the official
-layout (speed does not depend on the values). Systems are timed interleaved, A B B A, after a warm-up;
+layout (speed does not depend on the values). Systems are timed interleaved, A B B A, after a
+warm-up;
 each number is the median of the repeats, and each ratio the median of the ratios of paired runs.
-llama.cpp is timed when `llama-bench` is on PATH (or --llama-bench) and a GGUF of the same checkpoint is
+llama.cpp is timed when `llama-bench` is on PATH (or --llama-bench) and a GGUF of the same
+checkpoint is
 given with --gguf (convert it with llama.cpp's own convert_hf_to_gguf.py ... --no-mtp).
 """
 
@@ -656,7 +661,8 @@ def main(argv=None):
                     fast.from_pretrained(folder, torch.bfloat16), ids
                 )
             if "compile_seconds" in res and res.get("compile_cache") != "empty":
-                # that run's compile found torch's on-disk cache filled by an earlier one: time a first compile
+                # that run's compile found torch's on-disk cache filled by an earlier one: time a
+                # first compile
                 res["compile_seconds_warm_cache"] = res["compile_seconds"]
                 res["compile_seconds"] = compile_in_subprocess(
                     folder, res["threads"], res["new_tokens"]
@@ -686,7 +692,8 @@ def main(argv=None):
                 args.json.write_text(json.dumps(res, indent=1) + "\n")
         if args.write and "0.8B" not in res["model"]:
             ap.error(
-                f"--write: {args.from_json} is a run on the {res['model']}, not on the 0.8B shapes; "
+                f"--write: {args.from_json} is a run on the {res['model']}, "
+                "not on the 0.8B shapes; "
                 "the book's docs/outputs/bench_* keep the 0.8B runs only"
             )
         if "prefill" in res:
@@ -750,7 +757,8 @@ def main(argv=None):
         res["limits"] = machine_limits(args.tiny)
         res["batch_sweep"] = batch_sweep(*((256, 512) if args.tiny else ()))
         res["load"] = {
-            name: load_in_subprocess(folder, name, args.threads) for name in ("clear", "fast")
+            name: load_in_subprocess(folder, name, args.threads)
+            for name in ("clear", "mapped", "fast")
         }
         res["load_avg"] = {"before": load0, "after": os.getloadavg()}
         res["seconds"] = time.perf_counter() - started
@@ -765,7 +773,7 @@ def main(argv=None):
     # loading: each in a fresh process, so that peak memory is its own
     res["load"] = {
         name: load_in_subprocess(folder, name, args.threads)
-        for name in ("clear", "fast", "int8", "w8a8")
+        for name in ("clear", "mapped", "fast", "int8", "w8a8")
     }
     res["limits"] = machine_limits(args.tiny)
     res["attention"] = attention_kernels(cfg, (64, 256) if args.tiny else (2048, 8192))
@@ -852,7 +860,8 @@ def main(argv=None):
 
 
 def prompt_ids(cfg, n):
-    """The benchmark's prompt: n token ids, the same in every run (their first k are any shorter one)."""
+    """The benchmark's prompt: n token ids, the same in every run (their first k are any shorter
+    one)."""
     return torch.randint(0, cfg.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
 
 
@@ -878,22 +887,27 @@ def machine_name():
 LOAD_CODE = """
 import time
 t0 = time.perf_counter()
-import resource, sys, torch
+import sys, torch
 torch.set_num_threads(int(sys.argv[3]))
 from qwen import fast
 from qwen.model import from_pretrained
 t1 = time.perf_counter()
-if sys.argv[2] == "clear":
+kind = sys.argv[2]
+if kind == "clear":
     m = from_pretrained(sys.argv[1], torch.bfloat16)
+elif kind == "mapped":                 # the mapped load alone, and lazy: no pass for NaN
+    m = fast.from_pretrained(sys.argv[1], torch.bfloat16, steps=["mapped load"], finite=False)
 else:
     m = fast.from_pretrained(sys.argv[1], torch.bfloat16,
-                             quantize=None if sys.argv[2] == "fast" else sys.argv[2])
+                             quantize=None if kind == "fast" else kind)
 t2 = time.perf_counter()
 with torch.no_grad():          # the first token of a 128-token prompt
     m(torch.randint(0, 200000, (1, 128), generator=torch.Generator().manual_seed(0)),
       cache=m.new_cache(max_tokens=256), last_only=True).argmax(-1)
 t3 = time.perf_counter()
-print(t2 - t1, t3 - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+# the peak of this process since exec (ru_maxrss would also count the parent's pages at fork)
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(t2 - t1, t3 - t0, hwm * 1024)
 """
 
 

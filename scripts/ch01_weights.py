@@ -52,7 +52,8 @@ print("counted from the tensors == computed from the config:",
 official = parameter_budget(Config.load(Path("book/data/qwen3.5-0.8b")))
 print(f"Qwen3.5-0.8B from its config.json: {sum(official.values()):,} parameters, "
       f"embedding {official['embedding']:,} ({official['embedding'] / sum(official.values()):.0%})")
-record(total_params=f"{total:,}", embedding_share=f"{counted['embedding'] / total:.0%}", hidden_size=cfg.hidden_size,
+record(total_params=f"{total:,}", embedding_share=f"{counted['embedding'] / total:.0%}",
+       hidden_size=cfg.hidden_size,
        n_text_tensors=len(W), n_file_tensors=len(every),
        official_total=f"{sum(official.values()):,}",
        official_embedding=f"{official['embedding']:,}")

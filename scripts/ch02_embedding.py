@@ -38,5 +38,6 @@ out = ids                                                  # a "model": only an 
 for _ in range(5):
     out = torch.cat([out, head(emb(out))[0, -1].argmax().view(1, 1)], dim=1)
 print("with no layers in between it continues:", repr(tok.decode(out[0, ids.shape[1]:].tolist())))
-record(n_ids=ids.shape[1], table_rows=f"{emb.weight.shape[0]:,}", table_params_m=f"{emb.weight.numel() / 1e6:.1f}",
+record(n_ids=ids.shape[1], table_rows=f"{emb.weight.shape[0]:,}",
+       table_params_m=f"{emb.weight.numel() / 1e6:.1f}",
        share=f"{share:.0%}", cos_today_tomorrow=f"{a @ b:.2f}", cos_today_park=f"{a @ c:.2f}")

@@ -50,7 +50,7 @@ print(f"zero-centred RMSNorms: {n_norms} (2 per layer, the final one, "
       f"gated RMSNorms: {cfg.num_hidden_layers - n_attn} (one per DeltaNet)")
 record(n_norms=n_norms, final_scale=f"{final:.2f}", bug_cosine=f"{cos.mean():.2f}",
        n_layers=cfg.num_hidden_layers, n_attention=n_attn)
-official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, kept in the repository
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, in the repo
 official_attn = official.layer_types.count("full_attention")
 record(official_layers=official.num_hidden_layers, official_attention=official_attn,
        official_norms=2 * official.num_hidden_layers + 1 + 2 * official_attn,

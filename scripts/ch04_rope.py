@@ -57,8 +57,9 @@ dist = torch.arange(2049)
 same = apply_rope(q[:1].expand(len(dist), -1), *rope(dist)) @ q[0]
 record(head_dim=cfg.head_dim, rotary_dims=rot, n_freq=rot // 2, fastest_turn=f"{wavelength[0]:.1f}",
        slowest_turn=f"{wavelength[-1]:,.0f}")
-official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, kept in the repository
-official_rope = RotaryEmbedding(official.head_dim, official.partial_rotary_factor, official.rope_theta)
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, in the repo
+official_rope = RotaryEmbedding(official.head_dim, official.partial_rotary_factor,
+                                official.rope_theta)
 record(official_head_dim=official.head_dim, official_rotary_dims=2 * official_rope.inv_freq.numel(),
        official_n_freq=official_rope.inv_freq.numel(),
        official_slowest_turn=f"{2 * math.pi / official_rope.inv_freq[-1].item():,.0f}")

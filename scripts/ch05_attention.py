@@ -62,7 +62,7 @@ print(f"KV cache per token and layer in bf16: {kv:,} bytes; "
       f"with one KV head per query head it would be {kv * nh // attn.n_kv_head:,}")
 record(attn_layer=i, gate_mean=f"{gate.mean():.2f}", kv_bytes=f"{kv:,}",
        gqa_factor=nh // attn.n_kv_head, n_heads=nh, n_kv_heads=attn.n_kv_head, head_dim=hd)
-official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, kept in the repository
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, in the repo
 record(official_gqa_factor=official.num_attention_heads // official.num_key_value_heads)
 labels = [tok.decode([t]) for t in ids[0].tolist()]
 h = int(first.argmin())                      # the head that looks least at the first token

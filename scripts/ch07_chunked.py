@@ -41,7 +41,8 @@ print(f"sequential steps: {T} for the recurrence, {-(-T // C)} for the chunked f
 
 
 def flops(T, c=cfg):
-    """Multiply-adds x 2 of one layer's mixing kernel over T tokens (projections excluded), at config c's sizes."""
+    """Multiply-adds x 2 of one layer's mixing kernel over T tokens (projections excluded), at
+    config c's sizes."""
     dk, dv, H = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_num_value_heads
     # decay, read k, write, read q: four dk x dv passes
     recurrent = 8 * dk * dv * H * T
@@ -62,7 +63,8 @@ for n in (1024, 32768):
 print(f"one attention layer's kernel costs more than one DeltaNet layer's after {cross:,} tokens")
 record(tokens=T, chunks=-(-T // C), crossover=f"{cross:,}", head_k_dim=dk)
 official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the same count at the 0.8B's sizes
-record(official_crossover=f"{next(n for n in range(1, 10**6) if flops(n, official)[2] > flops(n, official)[1]):,}")
+crossover = next(n for n in range(1, 10**6) if flops(n, official)[2] > flops(n, official)[1])
+record(official_crossover=f"{crossover:,}")
 
 
 def draw(t):

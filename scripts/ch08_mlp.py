@@ -40,7 +40,8 @@ n90 = int((share < 0.9).sum()) + 1
 print(f"90% of the hidden energy sits in {n90} of {cfg.intermediate_size} channels "
       f"({n90 / cfg.intermediate_size:.0%})")
 record(mlp_params=f"{per_layer:,}", mlp_share=f"{cfg.num_hidden_layers * per_layer / total:.0%}",
-       top90=f"{n90 / cfg.intermediate_size:.0%}", negative_gates=f"{(gate < 0).float().mean():.0%}",
+       top90=f"{n90 / cfg.intermediate_size:.0%}",
+       negative_gates=f"{(gate < 0).float().mean():.0%}",
        hidden_size=cfg.hidden_size)
 
 

@@ -87,7 +87,8 @@ record(n_pieces=len(pieces), n_tokens_example=len(tok.encode(text).ids),
        zh_chars=sizes["zh"][0], zh_bytes=sizes["zh"][1], zh_tokens=sizes["zh"][2],
        en_chars=sizes["en"][0], en_tokens=sizes["en"][2],
        tallest_bar_bytes=max(range(1, 17), key=lengths.get),
-       length_peaks=", ".join(str(k) for k in range(2, 16) if lengths[k - 1] < lengths[k] > lengths[k + 1]))
+       length_peaks=", ".join(str(k) for k in range(2, 16)
+                                if lengths[k - 1] < lengths[k] > lengths[k + 1]))
 
 
 def draw(t):

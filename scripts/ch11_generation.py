@@ -55,7 +55,7 @@ print(f"were all {len(model.cfg.layer_types)} layers attention: {all_attn:,.0f} 
 record(kv_bytes_per_token=f"{kv_per_token:,.0f}", deltanet_bytes=f"{dn:,}",
        crossover_tokens=f"{dn / kv_per_token:,.0f}",
        kv_gib_at_max=f"{kv_per_token * longest / 2**30:.1f}")
-c = model.cfg                                               # the factors of the two sizes, for the page's formulas
+c = model.cfg                                       # the factors of the two sizes, for the formulas
 record(n_attn_layers=n_attn, n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
        n_deltanet_layers=len(c.layer_types) - n_attn, n_v_heads=c.linear_num_value_heads,
        k_dim=c.linear_key_head_dim, v_dim=c.linear_value_head_dim,

@@ -29,7 +29,8 @@ chat = Chat()
 question = "What is the capital of France? Answer in one word."
 stream, answer, limit, n_answer = TextStream(tok), "", 24, 0
 print(f"\nuser: {question}\nassistant: ", end="")
-for token in generate(model, tok.encode(chat.ask(question)).ids, limit):  # greedy, stops at <|im_end|>
+# greedy, stops at <|im_end|>
+for token in generate(model, tok.encode(chat.ask(question)).ids, limit):
     n_answer += 1
     piece = stream.push(token)
     print(piece, end="")

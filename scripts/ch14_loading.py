@@ -29,7 +29,8 @@ model = fast.from_pretrained(path, torch.bfloat16, steps=["mapped load", "joined
 storage = model.embed_tokens.weight.untyped_storage()           # its own map of the file
 deltanet = model.layers[0].linear_attn
 attn = next(layer.self_attn for layer in model.layers if hasattr(layer, "self_attn"))
-for label, f in (("DeltaNet in_proj", deltanet.in_proj), ("MLP gate_up", model.layers[0].mlp.gate_up_proj),
+for label, f in (("DeltaNet in_proj", deltanet.in_proj),
+                 ("MLP gate_up", model.layers[0].mlp.gate_up_proj),
                  ("attention qkv", attn.qkv_proj)):
     view = f.proj.weight.untyped_storage().data_ptr() == storage.data_ptr()
     rows = [n.removesuffix("_proj").removeprefix("in_proj_") for n in f.names]

@@ -5,7 +5,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tokenizer_json(tmp_path_factory):
-    """Path of the rebuilt tokenizer.json: the tiny test model's copy if book.tiny exists, else a fresh build."""
+    """Path of the rebuilt tokenizer.json: the tiny test model's copy if book.tiny exists, else a
+    fresh build."""
     try:
         from book.tiny import path as tiny_path
     except ImportError:

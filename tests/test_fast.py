@@ -34,7 +34,8 @@ STEPS = list(fast.STEPS)
 
 
 def save_checkpoint(clear, folder):
-    """The clear model's weights and config as a checkpoint folder (text-only layout, sorted names)."""
+    """The clear model's weights and config as a checkpoint folder (text-only layout, sorted
+    names)."""
     folder.mkdir(parents=True, exist_ok=True)
     W = {k: v.contiguous() for k, v in clear.state_dict().items() if k != "lm_head.weight"}
     save_file({"model." + k: W[k] for k in sorted(W)}, folder / "model.safetensors")
@@ -106,7 +107,8 @@ def test_the_fast_model_is_the_clear_model_made_of_its_own_classes(pair):
 
 @torch.no_grad()
 def test_a_cache_is_the_callers_own_and_holds_what_the_clear_cache_holds(pair):
-    """The model never replaces the caller's cache entries; the roomy cache reports the bytes it holds."""
+    """The model never replaces the caller's cache entries; the roomy cache reports the bytes it
+    holds."""
     clear, folder, ids = pair
     model = fast.from_pretrained(folder, torch.float32)
     cache, clear_cache = model.new_cache(batch=2, max_tokens=60), clear.new_cache(batch=2)
@@ -123,7 +125,8 @@ def test_a_cache_is_the_callers_own_and_holds_what_the_clear_cache_holds(pair):
 
 
 def test_the_conv_state_does_not_pin_the_prompt(pair):
-    """The DeltaNet cache keeps K - 1 columns in storage of their own, not a view of the whole window."""
+    """The DeltaNet cache keeps K - 1 columns in storage of their own, not a view of the whole
+    window."""
     clear, folder, ids = pair
     model = fast.from_pretrained(folder, torch.float32)
     cache = model.new_cache(batch=2)
@@ -163,8 +166,10 @@ def test_bf16_int8_int4_and_w8a8_errors_next_to_the_clear_bf16_error(pair):
 
 @FBGEMM
 def test_w8a8_matvec_is_within_half_an_activation_step_of_the_int8_weights():
-    """One decode row: x is rounded to 7 bits between min(x, 0) and max(x, 0), so each output is off by at
-    most half a step times the row's sum of |weights|; many rows (prefill) are exactly Int8Linear's."""
+    """One decode row: x is rounded to 7 bits between min(x, 0) and max(x, 0), so each output is off
+    by at
+    most half a step times the row's sum of |weights|; many rows (prefill) are exactly
+    Int8Linear's."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(96, 200, generator=gen) * torch.logspace(-2, 0, 96)[:, None]
     lin, ref_lin = W8A8Linear(w), Int8Linear(w)
@@ -316,7 +321,8 @@ def test_the_fast_loader_names_what_the_clear_loader_names(pair, tmp_path):
 
 
 def test_bench_write_never_puts_a_smoke_run_in_the_book(tmp_path):
-    """--write records the 0.8B runs only: a --tiny run, or --from-json of one, is refused and writes nothing."""
+    """--write records the 0.8B runs only: a --tiny run, or --from-json of one, is refused and
+    writes nothing."""
     before = {p: p.read_bytes() for p in (ROOT / "docs" / "outputs").glob("bench_*")}
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--write"],
@@ -398,7 +404,8 @@ def _bench():
 
 
 def test_bench_times_two_contexts_in_turn_each_after_its_own_prompt(monkeypatch):
-    """The paired context ratio: each side prefills its own prompt once, then they decode in A B B A order, and
+    """The paired context ratio: each side prefills its own prompt once, then they decode in A B B A
+    order, and
     the ratio is the median of (short's time / long's time) over the turns."""
     from qwen.weights import Config
 
@@ -431,7 +438,8 @@ def test_bench_times_two_contexts_in_turn_each_after_its_own_prompt(monkeypatch)
 
 
 def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
-    """--from-json reads the lengths back as strings: the curve must still have one point per length on its
+    """--from-json reads the lengths back as strings: the curve must still have one point per length
+    on its
     log axis, not categories (with which the log axis keeps one point of two)."""
     import matplotlib
 
@@ -444,7 +452,8 @@ def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
     line = bench_report.draw_long(res, lambda zh, en: en).axes[0].lines[0]
     assert list(line.get_xdata()) == [1024, 4096]
     assert [round(y, 1) for y in line.get_ydata()] == [12.5, 20.0]
-    # the prefill rows join the fast path's curve, and the other systems are drawn where they were timed
+    # the prefill rows join the fast path's curve, and the other systems are drawn where they were
+    # timed
     res["prefill"] = {"128": {"ours fast": {"tok_s": 100.0}, "transformers": {"tok_s": 10.0}}}
     ours, hf = bench_report.draw_long(res, lambda zh, en: en).axes[0].lines
     assert list(ours.get_xdata()) == [128, 1024, 4096] and list(hf.get_xdata()) == [128]
@@ -455,7 +464,8 @@ def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
 
 def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
     """llama.cpp takes its turn in the interleaved order through llama-bench's JSON; here a stand-in
-    llama-bench that reports 100 tok/s for prompts and 10 for generation, with the arguments it got."""
+    llama-bench that reports 100 tok/s for prompts and 10 for generation, with the arguments it
+    got."""
     fake = tmp_path / "llama-bench"
     log = tmp_path / "calls.txt"
     fake.write_text(f"""#!{sys.executable}

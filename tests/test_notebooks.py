@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from book import hooks, notebooks, tiny
+from book import notebooks, pages, tiny
 from book.notebooks import NOTEBOOKS, ROOT
 
 PAGES = notebooks.chapter_pages()
@@ -122,7 +122,7 @@ def test_the_output_follows_its_script_with_where_it_comes_from(generated):
     i = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.outputs)
     after = nb.cells[i + 1].source
     assert "python scripts/ch02_embedding.py" in after and "scripts/ch02_embedding.py" in after
-    if hooks._provenance("ch02_embedding")["model"] == "tiny test model":
+    if pages.provenance("ch02_embedding")["model"] == "tiny test model":
         assert "tiny test model" in after  # the label the page carries, carried over
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from book import hooks, prose
+from book import pages, prose
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_WORDS = re.compile(
@@ -78,10 +78,10 @@ def tiny_blocks(page):
     prose)]."""
     blocks, current = [], None
     for line in page.read_text().split("\n"):
-        m = hooks.BLOCK.match(line)
+        m = pages.BLOCK.match(line)
         if m and m.group(1) == "tiny":
             current = [m.group(2).strip().strip("'\""), []]
-        elif current and hooks.END.match(line):
+        elif current and pages.END.match(line):
             blocks.append((current[0], " ".join(current[1])))
             current = None
         elif current:
@@ -103,14 +103,14 @@ def test_with_official_outputs_no_page_says_tiny_model(official_site, monkeypatc
     """Relabel every output official and build: no tiny-model warning or label anywhere, no
     {{ tiny }} block's prose, and no word of the tiny model in the parts that read the outputs
     (tooling text elsewhere, such as `--tiny`, may still name it)."""
-    pages = chapter_html(official_site)
-    assert len(pages) >= 24, sorted(pages)
+    built = chapter_html(official_site)
+    assert len(built) >= 24, sorted(built)
     monkeypatch.setattr(
-        hooks, "_provenance", lambda name: {"model": "Qwen/Qwen3.5-0.8B", "official": True}
+        pages, "provenance", lambda name: {"model": "Qwen/Qwen3.5-0.8B", "official": True}
     )
-    labels = [hooks.TEXT[lang][k] for lang in ("zh", "en") for k in ("tiny_note", "tiny_figure")]
+    labels = [pages.TEXT[lang][k] for lang in ("zh", "en") for k in ("tiny_note", "tiny_figure")]
     problems = []
-    for path, html in pages.items():
+    for path, html in built.items():
         text = visible(re.sub(r"<pre.*?</pre>|<code.*?</code>", " ", html, flags=re.S))
         problems += [
             f"{path}: {label[:30]}…" for label in labels if label[:30].replace("**", "") in text
@@ -129,7 +129,7 @@ def test_with_official_outputs_no_page_says_tiny_model(official_site, monkeypatc
         lines = md.read_text().split("\n")
         first, last = prose.reading_part(lines)
         # as with official outputs
-        official = "\n".join(hooks.conditional_blocks(lines[first:last], _Page(rel)))
+        official = "\n".join(pages.conditional_blocks(lines[first:last], _Page(rel)))
         for word in TINY_WORDS.findall(prose.prose(official)):
             problems.append(f"{rel}: {word!r} in the part that reads the output")
     assert not problems, "\n".join(problems)
@@ -207,7 +207,7 @@ def test_the_typed_number_check_catches_a_typed_value(tmp_path):
 def _values(name):
     return {
         k: float(str(v).rstrip("%").replace(",", ""))
-        for k, v in hooks._provenance(name)["values"].items()
+        for k, v in pages.provenance(name)["values"].items()
         if re.fullmatch(r"-?[\d,]+(\.\d+)?%?", str(v))
     }
 
@@ -215,7 +215,7 @@ def _values(name):
 def _clear_profile():
     """The timed profile of one clear decode step that bench_steps recorded (not a flat value)."""
     return next(
-        r["profile"] for r in hooks._provenance("bench_steps")["results"]["steps"] if "profile" in r
+        r["profile"] for r in pages.provenance("bench_steps")["results"]["steps"] if "profile" in r
     )
 
 

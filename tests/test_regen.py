@@ -29,7 +29,8 @@ FIGURE_SCRIPTS = [
 ]  # the outputs whose SVGs move in the last bits
 
 
-# ------------------------------------------------------------------------------------ what counts as the same
+# ------------------------------------------------------------------------------------ what counts
+# as the same
 @pytest.mark.parametrize(
     "old, new, same",
     [
@@ -96,7 +97,8 @@ def test_a_kernel_dependent_value_is_held_to_its_tolerance_not_its_digits():
     )
 
 
-# ------------------------------------------------------------------------------------ on the real outputs
+# ------------------------------------------------------------------------------------ on the real
+# outputs
 KERNEL_LIMITS = {  # the CPU kinds a reader may have, on this one: ATen's loops and oneDNN capped
     "default": {
         "ATEN_CPU_CAPABILITY": "default",
@@ -120,7 +122,8 @@ KERNEL_SCRIPTS = [
 
 @pytest.mark.parametrize("limit", list(KERNEL_LIMITS))
 def test_check_passes_with_limited_kernels(limit):
-    """The outputs whose values go through bf16 or int8 kernels pass `--check` whichever kernels run."""
+    """The outputs whose values go through bf16 or int8 kernels pass `--check` whichever kernels
+    run."""
     proc = subprocess.run(
         [sys.executable, "-m", "book.regen", "--check", *KERNEL_SCRIPTS],
         cwd=ROOT,
@@ -142,9 +145,11 @@ def test_check_fails_on_a_one_unit_change_to_an_exact_number(tmp_path, monkeypat
     assert "752,393,025" in capsys.readouterr().out
 
 
-# ------------------------------------------------------------------------------------ on the real outputs (figures)
+# ------------------------------------------------------------------------------------ on the real
+# outputs (figures)
 def test_check_passes_with_another_cpus_kernels_and_those_kernels_really_differ(tmp_path):
-    """The committed figures were made with this machine's AVX2 kernels. With SSE-only kernels the SVG bytes
+    """The committed figures were made with this machine's AVX2 kernels. With SSE-only kernels the
+    SVG bytes
     differ (shown first), and `--check` still passes: it compares what a reader sees."""
     folder = tiny.path()
     svgs = {}
@@ -237,7 +242,8 @@ run = os.environ.get("RUN", "1")
 print("run", run)
 def draw(t):
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(); ax.plot([1, 2, int(run)]); ax.set_title(t("第" + run, "run " + run)); return fig
+    fig, ax = plt.subplots(); ax.plot([1, 2, int(run)]); ax.set_title(t("第" + run, "run " + run))
+    return fig
 save_figure("ch98_fig", draw)
 """
 
@@ -265,13 +271,9 @@ def test_an_interrupted_replacement_is_all_or_nothing(tmp_path, monkeypatch, cap
     files = {p.name for p in docs.rglob("*")}
     assert not [f for f in files if f.startswith(".")], files  # no journal, no staged file left
     assert (docs / "outputs" / "ch98_fig.txt").read_text() == "run 2\n"
-    for lang in ("zh", "en"):  # both editions from the same run
-        assert (
-            "run 2"
-            in json.loads((docs / "outputs" / "ch98_fig.json").read_text())["figure_data"][
-                "ch98_fig"
-            ]["texts"]["en"]["axes"][0]["title"][1]
-        )
+    figure = json.loads((docs / "outputs" / "ch98_fig.json").read_text())["figure_data"]["ch98_fig"]
+    for lang, title in (("zh", "第2"), ("en", "run 2")):  # both editions from the same run
+        assert figure["texts"][lang]["axes"][0]["title"][1] == title
     assert regen.main(["--check"]) == 0
 
 
@@ -359,8 +361,10 @@ def test_concurrent_tiny_builds_hand_out_only_complete_folders(tmp_path):
 def test_a_checkpoint_that_is_not_official_is_labelled_by_its_folder_and_keeps_official_outputs(
     tmp_path, monkeypatch, capsys
 ):
-    """A folder in the official layout whose weights are not the official files: labelled '<folder> (sha256 …)',
-    never 'Qwen/Qwen3.5-0.8B'; and it does not overwrite an output made with the official weights."""
+    """A folder in the official layout whose weights are not the official files: labelled '<folder>
+    (sha256 …)',
+    never 'Qwen/Qwen3.5-0.8B'; and it does not overwrite an output made with the official
+    weights."""
     other = tmp_path / "my-finetune"
     shutil.copytree(tiny.path(), other)
     config = json.loads((other / "config.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from book.hooks import MACRO, chapters
+from book.pages import MACRO, chapters
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -284,7 +284,8 @@ def test_zh_provenance_names_the_model_in_chinese():
     English edition keeps the label."""
     import json
 
-    from book.hooks import _provenance_note, model_label
+    from book.pages import model_label
+    from book.pages import provenance_note as _provenance_note
 
     bench = json.loads((DOCS / "outputs" / "bench_08b.json").read_text())
     assert bench["model"] == "Qwen3.5-0.8B shapes, random bf16 weights"
@@ -299,7 +300,7 @@ def test_zh_provenance_names_the_model_in_chinese():
             untranslated[path.name] = model
         assert model_label({"model": model}, "en") == model
     assert not untranslated, (
-        f"model labels with no Chinese rendering (book/hooks.py MODEL_ZH): {untranslated}"
+        f"model labels with no Chinese rendering (book/pages.py MODEL_ZH): {untranslated}"
     )
     assert model_label({"model": "Qwen/Qwen3.5-0.8B"}, "zh") == "Qwen/Qwen3.5-0.8B"
 
@@ -307,9 +308,9 @@ def test_zh_provenance_names_the_model_in_chinese():
 def test_zh_pages_show_no_space_between_chinese_lines(site):
     """In the built zh pages no paragraph keeps a line break between two Chinese characters: the
     chapters are joined as they are built, the lessons' markdown cells must be written joined
-    (mkdocs-jupyter renders them without the book's hooks; book.hooks.join_cjk_lines joins a cell's
+    (mkdocs-jupyter renders them without the book's hooks; book.cjk.join_cjk_lines joins a cell's
     lines)."""
-    from book.hooks import CJK
+    from book.cjk import CJK
 
     gaps = {}
     for page in PAGES:

@@ -1,4 +1,5 @@
-"""The GitHub workflows: least privilege, actions pinned to commits, time limits, and the order of trust
+"""The GitHub workflows: least privilege, actions pinned to commits, time limits, and the order of
+trust
 (Pages publishes only what CI passed; the weights come from the revision their cache names)."""
 
 import re
