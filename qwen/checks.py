@@ -68,6 +68,18 @@ def token_ids(ids, vocab_size, name="ids"):
     return [int(t) for t in ids]
 
 
+def check_id_tensor(ids, vocab_size):
+    """The model's input, ids [B, T]: integers from the vocabulary. A negative id would quietly read
+    the table from its end, one past it would fail deep inside the embedding."""
+    if not (torch.is_tensor(ids) and ids.dim() == 2 and not ids.is_floating_point()
+            and not ids.is_complex() and ids.dtype != torch.bool):
+        raise ValueError(f"ids: must be an integer tensor [batch, tokens], not {ids!r:.80}")
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)][0].item()
+        raise ValueError(f"ids holds {bad}: a token id is a whole number from 0 to "
+                         f"{vocab_size - 1} (the vocabulary); take ids from the tokenizer")
+
+
 def check_prompt(ids, cfg):
     """A prompt the model can read: at least one token, fewer than its max_position_embeddings."""
     ids = token_ids(ids, cfg.vocab_size)

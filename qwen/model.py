@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from qwen.attention import Attention
 from qwen.cache import Cache
+from qwen.checks import check_id_tensor
 from qwen.deltanet import GatedDeltaNet
 from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP
@@ -60,6 +61,7 @@ class Qwen(nn.Module):
     def forward(self, ids, cache=None, last_only=False):
         """Logits [B, T, vocab] for ids [B, T]; with a cache, continue after the tokens it has seen.
         last_only: score the last position only ([B, 1, vocab]), all that generation needs."""
+        check_id_tensor(ids, self.cfg.vocab_size)       # a negative id would read the table's end
         past = 0 if cache is None else cache.seq_len
         cos, sin = self.rotary_emb(torch.arange(past, past + ids.shape[1], device=ids.device))
         x = self.embed_tokens(ids)                       # [B, T, dim]

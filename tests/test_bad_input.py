@@ -995,3 +995,18 @@ def test_the_fast_loader_names_a_nan_weight_as_the_clear_one_does(tmp_path):
             load(tmp_path)
         messages.append(str(e.value))
     assert messages[0] == messages[1] and name in messages[0] and "NaN or inf" in messages[0]
+
+
+@pytest.mark.parametrize("bad", [-1, 248320])
+def test_the_model_refuses_an_id_outside_the_vocabulary_on_both_paths(bad):
+    """A negative id would index the table from its end: both paths refuse it, in the same words."""
+    from book.tiny import path as tiny_path
+    from qwen import fast
+    from qwen.model import from_pretrained
+
+    messages = []
+    for load in (from_pretrained, fast.from_pretrained):
+        with pytest.raises(ValueError) as e:
+            load(tiny_path())(torch.tensor([[5, bad, 7]]))
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and f"ids holds {bad}" in messages[0]
