@@ -12,6 +12,8 @@ from pathlib import Path, PurePosixPath
 import yaml
 from mkdocs.exceptions import PluginError
 
+from book.checkpoint import TINY
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MACRO = re.compile(r"\{\{\s*(\w+)(?:\((.*?)\))?\s*\}\}")
@@ -88,7 +90,7 @@ MODEL_ZH = {
 def model_label(p, lang):
     """The run's model as the edition shows it: the recorded label, or its Chinese rendering in the
     zh edition."""
-    if p["model"] == "tiny test model":
+    if p["model"] == TINY:
         return TEXT[lang]["tiny"]
     return MODEL_ZH.get(p["model"], p["model"]) if lang == "zh" else p["model"]
 
@@ -237,7 +239,7 @@ def figure_provenance(name):
 
 
 def is_tiny(p):
-    return p["model"] == "tiny test model"
+    return p["model"] == TINY
 
 
 def provenance_note(p, lang, figure=False):

@@ -24,6 +24,7 @@ import re
 import sys
 from pathlib import Path
 
+from book.checkpoint import TINY
 from book.compare import NUMBER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ def shown(markdown):
         m = BLOCK.match(line)
         if m:
             path = DOCS / "outputs" / f"{m.group(2).strip().strip(chr(39) + chr(34))}.json"
-            p = json.loads(path.read_text()) if path.is_file() else {"model": "tiny test model"}
+            p = json.loads(path.read_text()) if path.is_file() else {"model": TINY}
             keep = (
                 is_tiny(p) if m.group(1) == "tiny" else bool(p.get("official")) and not is_tiny(p)
             )

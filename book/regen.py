@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from book import tiny
-from book.checkpoint import identify
+from book.checkpoint import TINY, identify
 from book.compare import compare_figure, compare_text, compare_values, printed_number
 from qwen.weights import ModelNotFound, find_model
 
@@ -45,7 +45,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 OUTPUTS = ROOT / "docs" / "outputs"
 FIGURES = ROOT / "docs" / "figures"
-TINY = "tiny test model"
 THREADS = 1  # fixed so that results (and reductions inside matmuls) are the same on every run
 TIMEOUT = 600  # seconds a script may run before it is stopped
 EXTRA = {

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from book.bench_report import PAIR_REPEATS, print_row, steps_table, table, write_outputs  # noqa: E402
+from book.checkpoint import TINY  # noqa: E402
 from qwen import fast  # noqa: E402
 from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
 from qwen.quant import Int8Linear, W8A8Linear  # noqa: E402
@@ -647,7 +648,7 @@ def main(argv=None):
         res = json.loads(args.from_json.read_text())
         if args.measure_parts:  # what that run lacks, measured now on this machine and added
             torch.set_num_threads(res["threads"])
-            folder = tiny_folder() if res["model"] == "tiny test model" else make_random_08b()
+            folder = tiny_folder() if res["model"] == TINY else make_random_08b()
             cfg = Config.load(folder)
             if not all("read_ms" in a for a in res.get("attention", {None: {}}).values()):
                 res["attention"] = attention_kernels(
@@ -726,7 +727,7 @@ def main(argv=None):
         "machine": machine_name(),
         "cpu": cpu_info(),
         "threads": args.threads,
-        "model": "tiny test model" if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
+        "model": TINY if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
         "repeats": args.repeats,
         "new_tokens": args.new_tokens,
     }
