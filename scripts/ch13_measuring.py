@@ -12,7 +12,7 @@ from qwen.model import from_pretrained
 from qwen.weights import Config, find_model, parameter_budget
 
 torch.set_grad_enabled(False)
-cfg = Config.load(Path(__file__).parent.parent / "book/data/qwen3.5-0.8b")   # the official config
+cfg = Config.load(Path("book/data/qwen3.5-0.8b"))        # the 0.8B's config.json, in the repo
 params = sum(parameter_budget(cfg).values())
 head = cfg.vocab_size * cfg.hidden_size
 print(f"Qwen3.5-0.8B: {params:,} parameters; the output layer (the tied table) has {head:,}, "
