@@ -1,5 +1,5 @@
-"""Run every ```python and ```bash block of both editions, after expanding the --8<-- snippets they
-include.
+"""Run every ```python and ```bash block of both editions (once where both have the same code),
+after expanding the --8<-- snippets they include.
 
     python -m book.codeblocks [pytest args]
 
@@ -25,29 +25,47 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(\s*```+)(python|bash|sh)\b[^\n`]*$")
 
 
+BLOCK = re.compile(r"^([ \t]*```+)(?:python|bash|sh)\b[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
+
+
+def code_of(text):
+    """The python and bash blocks of a page, the checks' language argument read as zh."""
+    return [re.sub(r'\blang="en"', 'lang="zh"', m.group(2)) for m in BLOCK.finditer(text)]
+
+
 def expand(src, dest):
     """Copy every page of docs/ to dest with snippets expanded and fence info strings reduced to the
-    language."""
+    language. An English page whose blocks are its Chinese twin's (but for the checks' language) is
+    left out: the same code would run twice (tests/test_site.py holds the editions' code equal)."""
     md = markdown.Markdown(
         extensions=[
             SnippetExtension(base_path=[str(ROOT)], check_paths=True, dedent_subsections=True)
         ]
     )
     snippets = md.preprocessors["snippet"]
-    pages = sorted(src.rglob("*.md"))
+    pages, expanded = sorted(src.rglob("*.md")), {}
     for page in pages:
-        lines = snippets.run(page.read_text().split("\n"))
-        out = dest / page.relative_to(src)
+        expanded[page.relative_to(src)] = snippets.run(page.read_text().split("\n"))
+    written = []
+    for rel, lines in expanded.items():
+        twin = expanded.get(Path("zh", *rel.parts[1:])) if rel.parts[0] == "en" else None
+        if twin is not None and code_of("\n".join(lines)) == code_of("\n".join(twin)):
+            continue
+        written.append(rel)
+        out = dest / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("\n".join(FENCE.sub(r"\1\2", line) for line in lines) + "\n")
-    return pages
+    return written
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     with tempfile.TemporaryDirectory(prefix="codeblocks-") as tmp:
         pages = expand(ROOT / "docs", Path(tmp) / "docs")
-        print(f"expanded {len(pages)} pages into {tmp}")
+        print(
+            f"expanded {len(pages)} pages into {tmp} (English pages whose code is their Chinese "
+            "twin's are run once, as the Chinese page)"
+        )
         env = {
             **os.environ,
             "QWEN_MODEL": str(tiny.path()),
