@@ -33,10 +33,11 @@ def code_of(text):
     return [re.sub(r'\blang="en"', 'lang="zh"', m.group(2)) for m in BLOCK.finditer(text)]
 
 
-def expand(src, dest):
+def expand(src, dest, once=False):
     """Copy every page of docs/ to dest with snippets expanded and fence info strings reduced to the
-    language. An English page whose blocks are its Chinese twin's (but for the checks' language) is
-    left out: the same code would run twice (tests/test_site.py holds the editions' code equal)."""
+    language. once=True: an English page whose blocks are its Chinese twin's (but for the checks'
+    language) is left out, as the same code would run twice (tests/test_site.py holds the editions'
+    code equal)."""
     md = markdown.Markdown(
         extensions=[
             SnippetExtension(base_path=[str(ROOT)], check_paths=True, dedent_subsections=True)
@@ -49,7 +50,7 @@ def expand(src, dest):
     written = []
     for rel, lines in expanded.items():
         twin = expanded.get(Path("zh", *rel.parts[1:])) if rel.parts[0] == "en" else None
-        if twin is not None and code_of("\n".join(lines)) == code_of("\n".join(twin)):
+        if once and twin is not None and code_of("\n".join(lines)) == code_of("\n".join(twin)):
             continue
         written.append(rel)
         out = dest / rel
@@ -61,7 +62,7 @@ def expand(src, dest):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     with tempfile.TemporaryDirectory(prefix="codeblocks-") as tmp:
-        pages = expand(ROOT / "docs", Path(tmp) / "docs")
+        pages = expand(ROOT / "docs", Path(tmp) / "docs", once=True)
         print(
             f"expanded {len(pages)} pages into {tmp} (English pages whose code is their Chinese "
             "twin's are run once, as the Chinese page)"
