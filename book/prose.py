@@ -148,8 +148,8 @@ def reading_part(lines):
     """(first, last) line index of the part that reads the output: {{ output }} to the second
     heading after it."""
     start = next((i for i, line in enumerate(lines) if "{{ output(" in line), None)
-    if start is None:
-        return (0, -1)
+    if start is None:  # a page that shows no output (the reading guide): nothing reads one
+        return (0, 0)
     headings = [i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")]
     return (start, headings[1] if len(headings) > 1 else len(lines))
 
