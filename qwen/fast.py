@@ -264,6 +264,8 @@ class PackedLinear(nn.Module):
     """x @ w.T through oneDNN, w reordered once into the blocked layout its kernels read fastest.
     The plain weight is dropped: bf16 rows in, any number of them; the output in x's dtype."""
 
+    inference_only = True                                 # no backward: chapter 18 refuses it
+
     def __init__(self, w):
         super().__init__()
         self.out_features = w.shape[0]

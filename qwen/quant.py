@@ -28,6 +28,8 @@ def dequantize_int8(q, s):
 class Int8Linear(torch.nn.Module):
     """x @ w.T with w stored as int8 and one scale per output channel: half the bytes of bf16."""
 
+    inference_only = True                                 # integer weights take no gradient
+
     def __init__(self, w):
         super().__init__()
         # in slices of rows: the fp32 copies made on the way stay small
@@ -97,6 +99,8 @@ def dequantize_int4(q, s, z, group=GROUP):
 
 class Int4Linear(torch.nn.Module):
     """x @ w.T with w stored in 4 bits (a quarter of bf16's bytes, plus 2 bf16 numbers per 32)."""
+
+    inference_only = True                                 # integer weights take no gradient
 
     def __init__(self, w, group=GROUP):
         super().__init__()

@@ -478,6 +478,11 @@ CASES = [
         ],
         False,
     ),
+    # -- ch17 cases
+    # -- ch18 cases
+    # -- ch19 cases
+    # -- ch20 cases
+    # -- ch21 cases
 ]
 
 
