@@ -140,6 +140,10 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
         self.bytes = 0
         super().__init__(self.pack, lambda t: t)
 
+    def __enter__(self):
+        super().__enter__()
+        return self
+
     def pack(self, t):
         s = t.untyped_storage()
         if s.data_ptr() not in self.seen:

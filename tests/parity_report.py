@@ -49,10 +49,11 @@ with contextlib.redirect_stdout(log):
             "-p",
             "no:randomly",
             str(ROOT / "tests" / "test_parity.py"),
+            str(ROOT / "tests" / "test_train.py"),  # the loss and the gradients (chapters 17, 18)
         ]
     )
 if rc != 0:
-    sys.exit(f"tests/test_parity.py failed:\n{log.getvalue()[-4000:]}")
+    sys.exit(f"tests/test_parity.py or tests/test_train.py failed:\n{log.getvalue()[-4000:]}")
 
 worst = {}
 for test, name, d, tol in reference.MEASURED:

@@ -23,11 +23,11 @@ ROPE = {
 
 
 def tiny_text_config(
-    n_k_head=2, n_v_head=4, layer_types=("linear_attention",) * 3 + ("full_attention",)
+    n_k_head=2, n_v_head=4, layer_types=("linear_attention",) * 3 + ("full_attention",), **other
 ):
     """A Qwen3_5TextConfig with both layer types and tiny dims; every field that matters is set
-    explicitly."""
-    return Qwen3_5TextConfig(
+    explicitly (`other` overrides any of them)."""
+    fields = dict(
         vocab_size=512,
         hidden_size=64,
         intermediate_size=128,
@@ -47,6 +47,7 @@ def tiny_text_config(
         max_position_embeddings=4096,
         rope_parameters=dict(ROPE),
     )
+    return Qwen3_5TextConfig(**{**fields, **other})
 
 
 @torch.no_grad()
@@ -93,6 +94,22 @@ def our_model(ref):
 
 # (test, name, max |diff|, tolerance) of every comparison: tests/parity_report.py records them
 MEASURED = []
+
+
+def max_rel(name, ours, theirs, tol):
+    """The largest |ours - theirs| relative to the largest |theirs| (a gradient's own scale),
+    recorded like max_diff and asserted within tol."""
+    d = ((ours.float() - theirs.float()).abs().max() / theirs.float().abs().max()).item()
+    return measured(name, d, tol)
+
+
+def measured(name, d, tol):
+    """Record a difference measured elsewhere (for tests/parity_report.py) and assert it."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].rpartition("::")[2]
+    MEASURED.append((test, name, d, tol))
+    print(f"{name}: {d:.2e}  (tolerance {tol:.0e})")
+    assert d <= tol, f"{name}: {d:.3e} > {tol:.0e}"
+    return d
 
 
 def max_diff(name, ours, theirs, tol):
