@@ -49,6 +49,7 @@ SLOW = (
     "tests/test_regen.py::test_check_passes_with_limited_kernels",
     "tests/test_regen.py::test_concurrent_tiny_builds",
     "tests/test_fast.py::test_bench_smoke",  # bench.py in a subprocess
+    "tests/test_train.py::test_bench_train_smoke",  # bench_train.py in a subprocess
     "tests/test_fast.py::test_bench_times_llama_cpp",
     "tests/test_book.py::test_tiny_model_builds_byte_for_byte",
 )

@@ -286,3 +286,22 @@ def test_lr_warms_up_then_decays_to_its_floor():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(x >= y for x, y in zip(lrs[9:], lrs[10:]))
     assert lrs[-1] == pytest.approx(0.1)
+
+
+def test_bench_train_smoke():
+    """scripts/bench_train.py end to end on tiny sizes: every system runs and is reported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_train.py", "--smoke", "--repeats", "1"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for row in ("transformers", "ours, clear", "ours, + checkpointing", "autograd (ch07 code)"):
+        assert row in proc.stdout
