@@ -25,6 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(\s*```+)(python|bash|sh)\b[^\n`]*$")
 
 
+# a "Run it" block that runs a chapter script: `python -m book.regen --check` runs the same script
+# (tests/test_book.py), so the code-block run leaves it out rather than run the chapter twice
+RUN_SCRIPT = re.compile(r"^\s*```+bash\s*\n\s*python scripts/ch\d\d_\w+\.py\s*\n\s*```+\s*$", re.M)
+SKIP_RUN = '<!--pytest.mark.skip(reason="python -m book.regen --check runs this chapter script")-->'
+
+
 BLOCK = re.compile(r"^([ \t]*```+)(?:python|bash|sh)\b[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
 
 
@@ -35,9 +41,10 @@ def code_of(text):
 
 def expand(src, dest, once=False):
     """Copy every page of docs/ to dest with snippets expanded and fence info strings reduced to the
-    language. once=True: an English page whose blocks are its Chinese twin's (but for the checks'
-    language) is left out, as the same code would run twice (tests/test_site.py holds the editions'
-    code equal)."""
+    language. once=True (the test run): an English page whose blocks are its Chinese twin's (but for
+    the checks' language) is left out, as the same code would run twice (tests/test_site.py holds
+    the editions' code equal), and so is a block that only runs a chapter script (regen --check
+    runs it)."""
     md = markdown.Markdown(
         extensions=[
             SnippetExtension(base_path=[str(ROOT)], check_paths=True, dedent_subsections=True)
@@ -55,7 +62,10 @@ def expand(src, dest, once=False):
         written.append(rel)
         out = dest / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(FENCE.sub(r"\1\2", line) for line in lines) + "\n")
+        text = "\n".join(FENCE.sub(r"\1\2", line) for line in lines) + "\n"
+        if once:
+            text = RUN_SCRIPT.sub(lambda m: SKIP_RUN + "\n" + m.group(0), text)
+        out.write_text(text)
     return written
 
 

@@ -24,6 +24,37 @@ def tokenizer(tokenizer_json):
 
 
 @pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The book built once per session, as readers get it (`mkdocs build --strict`, the lesson
+    notebooks shown with their stored outputs): shared by the site, provenance and browser tests.
+    BOOK_SITE=<folder> checks a site built before instead."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    if os.environ.get("BOOK_SITE"):
+        return Path(os.environ["BOOK_SITE"])
+    out = tmp_path_factory.mktemp("built") / "site"
+    env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "false", "NO_MKDOCS_2_WARNING": "1"}
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    print(f"mkdocs build --strict: {time.perf_counter() - start:.1f} s")
+    problems = [line for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
+    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
+        problems or [proc.stderr[-3000:]]
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_model():
     """The tiny test model's folder (built once, cached under .cache/)."""
     from book.tiny import path

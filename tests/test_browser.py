@@ -19,8 +19,6 @@ import http.server
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -118,24 +116,6 @@ def find_browser():
 
 
 # --------------------------------------------------------------------------------------------- site
-
-
-def build_site(out):
-    """`mkdocs build --strict` into out, notebooks not executed (their stored outputs are what
-    readers see)."""
-    env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "false", "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    problems = [line for line in proc.stderr.splitlines() if line.startswith(("ERROR", "WARNING"))]
-    assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
-        problems or proc.stderr[-3000:]
-    )
-    return out
 
 
 def base_path():
@@ -455,11 +435,10 @@ def chrome():
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory, chrome):
-    """The site, built once per session; BOOK_SITE=<folder> checks a site built before instead."""
-    if os.environ.get("BOOK_SITE"):
-        return Path(os.environ["BOOK_SITE"])
-    return build_site(tmp_path_factory.mktemp("browser") / "site")
+def site(built_site, chrome):
+    """The site built once per session (tests/conftest.py; BOOK_SITE=<folder> checks one built
+    before)."""
+    return built_site
 
 
 @pytest.fixture(scope="session")

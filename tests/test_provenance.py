@@ -140,11 +140,10 @@ class _Page:
         self.file = type("F", (), {"src_uri": rel.as_posix()})()
 
 
-def test_with_tiny_outputs_pages_say_so(tmp_path):
+def test_with_tiny_outputs_pages_say_so(built_site):
     """The other way round, on the real outputs: every chapter with an output carries the tiny-model
     label."""
-    site = build_copy(tmp_path, lambda outputs, docs: None)
-    for path, html in chapter_html(site).items():
+    for path, html in chapter_html(built_site).items():
         if "book-output" in html or "Provenance" in html or "来源" in html:
             assert TINY_WORDS.search(visible(html)), path
 

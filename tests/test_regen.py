@@ -110,8 +110,7 @@ KERNEL_LIMITS = {  # the CPU kinds a reader may have, on this one: ATen's loops 
         "ONEDNN_MAX_CPU_ISA": "AVX2",
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     },
-    "native": {},
-}
+}  # the machine's own kernels: tests/test_book.py::test_committed_outputs_are_current
 KERNEL_SCRIPTS = [
     "ch03_norm",
     "ch09_model",

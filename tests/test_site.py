@@ -2,11 +2,7 @@
 and `mkdocs build --strict` (notebooks executed) is clean with the language switcher landing on the
 twin page."""
 
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -84,20 +80,10 @@ def test_every_file_belongs_to_one_chapter():
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "true", "NO_MKDOCS_2_WARNING": "1"}
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    print(f"mkdocs build --strict (notebooks executed): {time.perf_counter() - start:.1f} s")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return out
+def site(built_site):
+    """The site built once per session (tests/conftest.py); the lessons are executed by
+    tests/test_lessons.py, not again here."""
+    return built_site
 
 
 def _html(site, lang, page):
