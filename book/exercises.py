@@ -1313,7 +1313,123 @@ def check_ch16_round_activations(round_activations):
 
 # ---------------------------------------------------------------------------- ch18
 
+
 # ---------------------------------------------------------------------------- ch19
+@exercise("19.1")
+def check_ch19_solve_backward(solve_backward):
+    """solve_backward(M, U, dU) -> (dX, dM) for U = M^{-1} X, M unit lower triangular [.., C, C]:
+    dX = M^{-T} dU, dM = -dX U^T below the diagonal only (the ones and zeros of M are fixed)."""
+    gen = torch.Generator().manual_seed(19)
+    C, d = 6, 3
+    A = (torch.randn(2, C, C, generator=gen, dtype=torch.float64) * 0.3).tril(-1)
+    X = torch.randn(2, C, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    A.requires_grad_()
+    M = A + torch.eye(C, dtype=torch.float64)
+    U = torch.linalg.solve_triangular(M, X, upper=False)
+    dU = torch.randn(2, C, d, generator=gen, dtype=torch.float64)
+    want_dX, want_dA = torch.autograd.grad(U, (X, A), dU)
+    got = solve_backward(M.detach(), U.detach(), dU)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return [_t("应返回 (dX, dM) 两个张量", "return two tensors, (dX, dM)")]
+    dX, dM = (torch.as_tensor(t).double() for t in got)
+    problems = [
+        p for p in (_shape_problem(dX, want_dX, "dX"), _shape_problem(dM, want_dA, "dM")) if p
+    ]
+    if problems:
+        return problems
+    if not _close(dX, want_dX, atol=1e-9, rtol=1e-9):
+        wrong_way = torch.linalg.solve_triangular(M.detach(), dU, upper=False)
+        return [
+            _t(
+                "dX 应解 Mᵀ dX = dU（转置的、上三角的方程）"
+                + ("：你解的是 M dX = dU，忘了转置" if _close(dX, wrong_way) else ""),
+                "dX solves M^T dX = dU (the transposed, upper triangular system)"
+                + (
+                    ": yours solves M dX = dU, the transpose is missing"
+                    if _close(dX, wrong_way)
+                    else ""
+                ),
+            )
+        ]
+    if dM.triu().abs().max() > 1e-12:
+        return [
+            _t(
+                "dM 在对角线和上三角必须是 0：M 的 1 和 0 是固定的，不是可学的数",
+                "dM must be 0 on and above the diagonal: M's ones and zeros are fixed, not inputs",
+            )
+        ]
+    if _close(dM, -want_dA, atol=1e-9, rtol=1e-9):
+        return [_t("dM 的符号反了：dM = -dX Uᵀ", "dM has the wrong sign: dM = -dX U^T")]
+    if not _close(dM, want_dA, atol=1e-9, rtol=1e-9):
+        return [
+            _t(
+                "dM 的值不对：dM = -dX Uᵀ（取严格下三角）",
+                "wrong values in dM: dM = -dX U^T (its strictly lower part)",
+            )
+        ]
+    return []
+
+
+@exercise("19.2")
+def check_ch19_cumsum_backward(cumsum_backward):
+    """cumsum_backward(d_gamma) -> dg for gamma = g.cumsum(-1): dg_s = sum of d_gamma_i, i >= s."""
+    gen = torch.Generator().manual_seed(5)
+    g = torch.randn(3, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    d_gamma = torch.randn(3, 7, generator=gen, dtype=torch.float64)
+    (want,) = torch.autograd.grad(g.cumsum(-1), g, d_gamma)
+    got = torch.as_tensor(cumsum_backward(d_gamma)).double()
+    problem = _shape_problem(got, want, "dg")
+    if problem:
+        return [problem]
+    if _close(got, want, atol=1e-12, rtol=1e-9):
+        return []
+    if _close(got, d_gamma.cumsum(-1)):
+        return [
+            _t(
+                "这是正向的累加：g_s 出现在 s 之后所有的 γ_i 里，梯度要从末尾往前加",
+                "that is the forward cumsum: g_s enters every gamma_i with i >= s, so its gradient "
+                "sums from the end backwards",
+            )
+        ]
+    if _close(got, d_gamma.flip(-1).cumsum(-1)):
+        return [_t("翻转、累加之后还要再翻转回来", "flip, cumsum, and flip back")]
+    return [
+        _t("dg 的值不对：dg_s = Σ_{i≥s} dγ_i", "wrong values: dg_s = sum over i >= s of d_gamma_i")
+    ]
+
+
+@exercise("19.3")
+def check_ch19_bytes_per_chunk(bytes_per_chunk):
+    """bytes_per_chunk(C, dk, dv, itemsize) -> the bytes the hand-written forward keeps for one
+    chunk of one head: the chunk's inputs q, k, v, g, beta and the state entering it."""
+    problems = []
+    for C, dk, dv, size in ((64, 128, 128, 4), (64, 128, 128, 2), (32, 16, 24, 4), (64, 8, 48, 8)):
+        want = size * (C * (2 * dk + dv + 2) + dk * dv)
+        got = bytes_per_chunk(C, dk, dv, size)
+        if got != want:
+            hint = ""
+            if got == size * C * (2 * dk + dv + 2):
+                hint = _t(
+                    "：漏了进入这一块的状态 dk × dv", ": the state entering the chunk is missing"
+                )
+            elif got == size * (C * (2 * dk + dv) + dk * dv):
+                hint = _t(
+                    "：漏了 g 和 beta（每步各一个数）",
+                    ": g and beta (one number a step each) are missing",
+                )
+            elif got >= want + size * C * C:
+                hint = _t(
+                    "：C × C 的中间量是反向时重算的，不保存",
+                    ": the C x C intermediates are recomputed in the backward, not kept",
+                )
+            problems.append(
+                _t(
+                    f"C={C}, dk={dk}, dv={dv}, 每个数 {size} 字节：应是 {want:,}，得到 {got}{hint}",
+                    f"C={C}, dk={dk}, dv={dv}, {size} bytes a number: {want:,}, got {got}{hint}",
+                )
+            )
+    return problems
+
 
 # ---------------------------------------------------------------------------- ch20
 

@@ -70,6 +70,7 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_state):
+        # --8<-- [start:backward_walk]
         q, k, v, g, beta, states = ctx.saved_tensors
         T, C = q.shape[2], ctx.chunk_size
         if d_out is None:                                   # only the final state was used
@@ -84,6 +85,7 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
             S, dO = states[:, :, i], dOc[:, :, i]
             gamma, decay = p["gamma"], p["decay"]
             last = gamma[..., -1, None, None].exp()         # e^{gamma_C}  [B, H, 1, 1]
+            # --8<-- [end:backward_walk]
             # --8<-- [start:backward_state]
             # O = Q_in S + P V',  S_next = e^{gamma_C} S + K_out^T V',  V' = U - W S
             new_v = p["U"] - p["W"] @ S
@@ -125,8 +127,10 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
             d_gamma[..., -1] += (d_k_out * p["k_out"]).sum((-1, -2)) + d_last   # e^{gamma_C}
             dg[:, :, i] = d_gamma.flip(-1).cumsum(-1).flip(-1)  # gamma = cumsum(g): reverse cumsum
             # --8<-- [end:backward_decay]
-        d = [x.flatten(2, 3)[:, :, :T] for x in (dq, dk, dv, dg, dbeta)]
-        return *d, dS if ctx.has_state else None, None
+        # --8<-- [start:backward_end]
+        d = [x.flatten(2, 3)[:, :, :T] for x in (dq, dk, dv, dg, dbeta)]   # cut the padding off
+        return *d, dS if ctx.has_state else None, None      # dS: the initial state's gradient
+        # --8<-- [end:backward_end]
 
 
 # --8<-- [start:hand]

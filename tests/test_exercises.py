@@ -481,6 +481,50 @@ CASES = [
     # -- ch17 cases
     # -- ch18 cases
     # -- ch19 cases
+    (
+        "19-backward.md",
+        ex.check_ch19_solve_backward,
+        sol.solve_backward,
+        [
+            lambda M, U, dU: (  # the transpose forgotten
+                (dX := torch.linalg.solve_triangular(M, dU, upper=False)),
+                -(dX @ U.mT).tril(-1),
+            ),
+            lambda M, U, dU: (  # dM keeps the diagonal and the upper part
+                (dX := torch.linalg.solve_triangular(M.mT, dU, upper=True)),
+                -(dX @ U.mT),
+            ),
+            lambda M, U, dU: (  # the sign of dM
+                (dX := torch.linalg.solve_triangular(M.mT, dU, upper=True)),
+                (dX @ U.mT).tril(-1),
+            ),
+        ],
+        False,
+    ),
+    (
+        "19-backward.md",
+        ex.check_ch19_cumsum_backward,
+        sol.cumsum_backward,
+        [
+            lambda d: d.cumsum(-1),  # the forward cumsum
+            lambda d: d.flip(-1).cumsum(-1),  # not flipped back
+            lambda d: d,  # as if gamma were g
+        ],
+        False,
+    ),
+    (
+        "19-backward.md",
+        ex.check_ch19_bytes_per_chunk,
+        sol.bytes_per_chunk,
+        [
+            lambda C, dk, dv, s: s * C * (2 * dk + dv + 2),  # the state forgotten
+            lambda C, dk, dv, s: s * (C * (2 * dk + dv) + dk * dv),  # g and beta forgotten
+            # the C x C matrices kept as autograd would
+            lambda C, dk, dv, s: s * (C * (2 * dk + dv + 2) + dk * dv + 3 * C * C),
+            lambda C, dk, dv, s: 4 * (C * (2 * dk + dv + 2) + dk * dv),  # fp32 always
+        ],
+        False,
+    ),
     # -- ch20 cases
     # -- ch21 cases
 ]

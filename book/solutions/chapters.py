@@ -353,6 +353,28 @@ def round_activations(x):
 # ---------------------------------------------------------------------------- ch18
 
 # ---------------------------------------------------------------------------- ch19
+# --8<-- [start:ch19_solve_backward]
+def solve_backward(M, U, dU):
+    """U = M^{-1} X with M unit lower triangular: dX = M^{-T} dU, dM = -dX U^T strictly below."""
+    dX = torch.linalg.solve_triangular(M.transpose(-1, -2), dU, upper=True)
+    dM = -(dX @ U.transpose(-1, -2)).tril(-1)            # M's diagonal and upper part are fixed
+    return dX, dM
+# --8<-- [end:ch19_solve_backward]
+
+
+# --8<-- [start:ch19_cumsum_backward]
+def cumsum_backward(d_gamma):
+    """gamma_i = sum of g_s for s <= i, so dg_s = sum of d_gamma_i for i >= s: a reverse cumsum."""
+    return d_gamma.flip(-1).cumsum(-1).flip(-1)
+# --8<-- [end:ch19_cumsum_backward]
+
+
+# --8<-- [start:ch19_bytes_per_chunk]
+def bytes_per_chunk(C, dk, dv, itemsize):
+    """The chunk's inputs (q, k: C x dk, v: C x dv, g and beta: C) and the state entering it."""
+    return itemsize * (C * (2 * dk + dv + 2) + dk * dv)
+# --8<-- [end:ch19_bytes_per_chunk]
+
 
 # ---------------------------------------------------------------------------- ch20
 
