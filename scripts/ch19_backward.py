@@ -129,7 +129,8 @@ print("per head at T = 4096 (MiB), 1 to 16 heads: autograd "
 record(ratio_4096=f"{h / a:.2f}", hand_mib_4096=f"{h / MiB:.1f}",
        autograd_mib_4096=f"{a / MiB:.1f}", per_chunk=f"{per_chunk:,}",
        autograd_per_chunk=f"{a / (n * H0):,.0f}",
-       per_token=f"{h / (4096 * H0):,.0f}", autograd_per_token=f"{a / (4096 * H0):,.0f}")
+       per_token=f"{h / (4096 * H0):,.0f}", autograd_per_token=f"{a / (4096 * H0):,.0f}",
+       state_share=f"{d0 * d0 * 4 / per_chunk:.0%}")
 
 
 def draw(t):

@@ -113,6 +113,12 @@ def test_a_model_with_the_step_gets_the_plain_models_gradients():
         ours = rel(p.grad, exact[name].grad)
         assert ours <= 1.5 * theirs + 1e-6, f"{name}: {ours:.1e} off, autograd {theirs:.1e}"
         assert rel(p.grad, want[name].grad) <= 1e-3, name
+    # with chapter 18's checkpointing too: the layers recompute, the gradients do not move
+    both = hand_backward(trainable(copy.deepcopy(plain), checkpointing=True))
+    both.zero_grad()
+    next_token_loss(both(ids), ids).backward()
+    for name, p in both.named_parameters():
+        assert rel(p.grad, dict(hand.named_parameters())[name].grad) <= 1e-6, name
 
 
 def test_decode_steps_still_use_the_recurrence():
