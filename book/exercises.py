@@ -1328,6 +1328,7 @@ def check_ch19_solve_backward(solve_backward):
     U = torch.linalg.solve_triangular(M, X, upper=False)
     dU = torch.randn(2, C, d, generator=gen, dtype=torch.float64)
     want_dX, want_dA = torch.autograd.grad(U, (X, A), dU)
+    want_dA = want_dA.tril(-1)  # only A's strictly lower part is free; the rest of M is fixed
     got = solve_backward(M.detach(), U.detach(), dU)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return [_t("应返回 (dX, dM) 两个张量", "return two tensors, (dX, dM)")]
