@@ -5,7 +5,7 @@ one chunk's intermediates and applies the gradient formulas derived on the page.
 import torch
 import torch.nn.functional as F
 
-from qwen.deltanet import GatedDeltaNet, recurrent_gated_delta_rule
+from qwen.deltanet import GatedDeltaNet
 
 # --8<-- [end:imports]
 
@@ -146,11 +146,11 @@ def chunk_gated_delta_rule_hand(q, k, v, g, beta, state=None, chunk_size=64):
 # --8<-- [start:step]
 class HandDeltaNet(GatedDeltaNet):
     """A DeltaNet layer whose prompt pass uses the hand-written backward; a decode step after a
-    cache still uses the recurrence."""
+    cache is left to the class below it (the recurrence, or chapter 15's in-place step)."""
 
     def delta_rule(self, q, k, v, g, beta, state):
         if state is not None and q.shape[2] == 1:
-            return recurrent_gated_delta_rule(q, k, v, g, beta, state)
+            return super().delta_rule(q, k, v, g, beta, state)
         return chunk_gated_delta_rule_hand(q, k, v, g, beta, state)
 
 

@@ -123,9 +123,9 @@ print(f"T = 4096: by hand {h:,} bytes = {per_chunk:,} per chunk and head, "
 heads = [1, 2, 4, 8, 16]
 per_head = {H: (kept(chunk_gated_delta_rule, 4096, H), kept(chunk_gated_delta_rule_hand, 4096, H))
             for H in heads}
-print("per head at T = 4096 (MiB), 1 to 16 heads: autograd "
-      + ", ".join(f"{per_head[H][0] / H / MiB:.2f}" for H in heads) + "; by hand "
-      + ", ".join(f"{per_head[H][1] / H / MiB:.2f}" for H in heads))
+print(f"MiB per head at T = 4096, with {', '.join(map(str, heads))} heads:")
+print("  autograd " + ", ".join(f"{per_head[H][0] / H / MiB:.2f}" for H in heads))
+print("  by hand  " + ", ".join(f"{per_head[H][1] / H / MiB:.2f}" for H in heads))
 record(ratio_4096=f"{h / a:.2f}", hand_mib_4096=f"{h / MiB:.1f}",
        autograd_mib_4096=f"{a / MiB:.1f}", per_chunk=f"{per_chunk:,}",
        autograd_per_chunk=f"{a / (n * H0):,.0f}",
