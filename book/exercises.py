@@ -1433,5 +1433,123 @@ def check_ch19_bytes_per_chunk(bytes_per_chunk):
 
 
 # ---------------------------------------------------------------------------- ch20
+@exercise("20.1")
+def check_ch20_answer_mask(answer_mask):
+    """answer_mask(ids, opening) -> [bool] per token: True on the answer and the <|im_end|> that
+    ends it, False on the question and on the assistant's opening (its header and empty think
+    block), which the template writes, not the model."""
+    opening = [248045, 74455, 198, 248068, 271, 248069, 271]  # <|im_start|>assistant\n<think>...
+    cases = [
+        [248045, 846, 198, 3710, 369, 14791, 30, 248046, 198] + opening + [9, 8, 7, 248046],
+        [248045, 846, 198, 5, 248046, 198] + opening + [248046],  # an empty answer: only the end
+        [248045, 846, 198, *range(40, 60), 248046, 198] + opening + [*range(60, 90), 248046],
+    ]
+    for ids in cases:
+        start = len(ids) - ids[::-1].index(opening[-1])  # the first token after the opening
+        want = [i >= start for i in range(len(ids))]
+        got = [bool(x) for x in answer_mask(list(ids), list(opening))]
+        if len(got) != len(ids):
+            return [
+                _t(
+                    f"每个 token 一个布尔值：应有 {len(ids)} 个，得到 {len(got)} 个",
+                    f"one bool per token: {len(ids)} of them, got {len(got)}",
+                )
+            ]
+        if got == want:
+            continue
+        header = start - len(opening)
+        if got == [not w for w in want]:
+            hint = _t(
+                "掩码反了：loss 要算的是回答，不是问题",
+                "the mask is inverted: the loss scores the answer, not the question",
+            )
+        elif any(got[header:start]):
+            hint = _t(
+                "助手的开头（<|im_start|>assistant 和空的 think 块）是模板写的，不算 loss",
+                "the assistant's opening (<|im_start|>assistant and the empty think "
+                "block) is written by the template: no loss on it",
+            )
+        elif not got[-1] and got[start:-1] == want[start:-1]:
+            hint = _t(
+                "回答末尾的 <|im_end|> 也要学：模型要学会什么时候停",
+                "the <|im_end|> after the answer is learned too: it is how the model "
+                "learns to stop",
+            )
+        else:
+            hint = _t(
+                "True 从助手开头之后的第一个 token 起，一直到末尾",
+                "True from the first token after the assistant's opening to the end",
+            )
+        return [hint]
+    return []
+
+
+@exercise("20.2")
+def check_ch20_lora_params(lora_params):
+    """lora_params(shapes, r) -> trainable parameters of rank-r LoRA on projections of the given
+    [out, in] shapes: r * (in + out) each (A is [r, in], B is [out, r])."""
+    cases = [
+        ([(4096, 1024), (512, 1024), (512, 1024), (1024, 2048)], 8),
+        ([(6144, 1024), (2048, 1024), (1024, 2048)], 16),
+        ([(3, 5)], 1),
+    ]
+    for shapes, r in cases:
+        want = sum(r * (o + i) for o, i in shapes)
+        got = lora_params([tuple(s) for s in shapes], r)
+        if got == want:
+            continue
+        if got == sum(r * o * i for o, i in shapes):
+            hint = _t(
+                "A 和 B 是分开存的两块：r×in 加 out×r，不是 r×in×out",
+                "A and B are two matrices, r x in plus out x r, not r x in x out",
+            )
+        elif got == sum(o * i for o, i in shapes):
+            hint = _t(
+                "这是全量微调的参数数：LoRA 只训练 A 和 B",
+                "that is a full fine-tune's count: LoRA trains only A and B",
+            )
+        elif got == sum(o * i + r * (o + i) for o, i in shapes):
+            hint = _t("冻结的 W 不算可训练参数", "the frozen W is not trainable")
+        elif got in (sum(r * i for o, i in shapes), sum(r * o for o, i in shapes)):
+            hint = _t("A（r×in）和 B（out×r）都要算", "count both A (r x in) and B (out x r)")
+        else:
+            hint = _t(
+                f"形状 {shapes}、r={r}：应为 {want:,}，得到 {got}",
+                f"shapes {shapes}, r={r}: {want:,}, got {got}",
+            )
+        return [hint]
+    return []
+
+
+@exercise("20.3")
+def check_ch20_merge(merge):
+    """merge(W, A, B, alpha, r) -> W + (alpha / r) * B @ A: the weight that gives the LoRA
+    module's outputs with a single matmul."""
+    gen = torch.Generator().manual_seed(20)
+    W = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    A = torch.randn(2, 5, generator=gen, dtype=torch.float64)
+    B = torch.randn(6, 2, generator=gen, dtype=torch.float64)
+    want = W + (16 / 2) * B @ A
+    got = torch.as_tensor(merge(W.clone(), A.clone(), B.clone(), 16, 2)).double()
+    problem = _shape_problem(got, want, "W'")
+    if problem:
+        return [problem]
+    if _close(got, want, atol=1e-9, rtol=1e-9):
+        x = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+        if _close(x @ got.T, x @ W.T + 8 * (x @ A.T) @ B.T, atol=1e-9, rtol=1e-9):
+            return []
+    if _close(got, W + B @ A):
+        return [
+            _t(
+                "忘了缩放：合并的是 (alpha / r)·B·A，和 LoRA 前向里一样",
+                "the scale is missing: merge (alpha / r) * B @ A, as the LoRA forward adds",
+            )
+        ]
+    if _close(got, W + (2 / 16) * B @ A):
+        return [_t("缩放是 alpha / r，不是 r / alpha", "the scale is alpha / r, not r / alpha")]
+    if _close(got, W):
+        return [_t("没有加上 B·A 的更新", "the update B @ A is not added")]
+    return [_t("W' 应为 W + (alpha / r)·B·A", "W' should be W + (alpha / r) * B @ A")]
+
 
 # ---------------------------------------------------------------------------- ch21

@@ -526,6 +526,43 @@ CASES = [
         False,
     ),
     # -- ch20 cases
+    (
+        "20-lora.md",
+        ex.check_ch20_answer_mask,
+        sol.answer_mask,
+        [
+            lambda ids, op: [not x for x in sol.answer_mask(ids, op)],  # the answer masked
+            lambda ids, op: [  # the assistant's opening included
+                i >= len(ids) - ids[::-1].index(op[-1]) - len(op) for i in range(len(ids))
+            ],
+            lambda ids, op: sol.answer_mask(ids, op)[:-1] + [False],  # <|im_end|> not learned
+            lambda ids, op: [True] * len(ids),  # every token, as in pretraining
+        ],
+        False,
+    ),
+    (
+        "20-lora.md",
+        ex.check_ch20_lora_params,
+        sol.lora_params,
+        [
+            lambda shapes, r: sum(r * o * i for o, i in shapes),  # r x in x out
+            lambda shapes, r: sum(o * i for o, i in shapes),  # the full fine-tune
+            lambda shapes, r: sum(o * i + r * (o + i) for o, i in shapes),  # W counted
+            lambda shapes, r: sum(r * i for o, i in shapes),  # A only
+        ],
+        False,
+    ),
+    (
+        "20-lora.md",
+        ex.check_ch20_merge,
+        sol.merge,
+        [
+            lambda W, A, B, alpha, r: W + B @ A,  # the alpha / r scale forgotten
+            lambda W, A, B, alpha, r: W + (r / alpha) * B @ A,  # the scale upside down
+            lambda W, A, B, alpha, r: W + (alpha / r) * A.T @ B.T,  # the product turned round
+        ],
+        False,
+    ),
     # -- ch21 cases
 ]
 

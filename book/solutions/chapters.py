@@ -377,5 +377,28 @@ def bytes_per_chunk(C, dk, dv, itemsize):
 
 
 # ---------------------------------------------------------------------------- ch20
+# --8<-- [start:ch20_answer_mask]
+def answer_mask(ids, opening):
+    """True from the first token after the assistant's opening (the answer, then <|im_end|>)."""
+    n = len(opening)
+    start = max(i + n for i in range(len(ids) - n + 1) if ids[i:i + n] == opening)
+    return [i >= start for i in range(len(ids))]
+# --8<-- [end:ch20_answer_mask]
+
+
+# --8<-- [start:ch20_lora_params]
+def lora_params(shapes, r):
+    """A is [r, in] and B is [out, r]: r * (in + out) per projection; W stays frozen."""
+    return sum(r * (n_in + n_out) for n_out, n_in in shapes)
+# --8<-- [end:ch20_lora_params]
+
+
+# --8<-- [start:ch20_merge]
+def merge(W, A, B, alpha, r):
+    """x @ W.T + (alpha / r) x @ A.T @ B.T = x @ (W + (alpha / r) B @ A).T."""
+    return W + (alpha / r) * B @ A
+# --8<-- [end:ch20_merge]
+
+
 
 # ---------------------------------------------------------------------------- ch21
