@@ -4,6 +4,7 @@ one chunk's intermediates and applies the gradient formulas derived on the page.
 # --8<-- [start:imports]
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from qwen.deltanet import GatedDeltaNet
 
@@ -69,6 +70,7 @@ class ChunkGatedDeltaRule(torch.autograd.Function):
     # --8<-- [end:forward]
 
     @staticmethod
+    @once_differentiable                                    # no graph of the backward itself
     def backward(ctx, d_out, d_state):
         # --8<-- [start:backward_walk]
         q, k, v, g, beta, states = ctx.saved_tensors
