@@ -33,12 +33,13 @@ class LoRALinear(nn.Module):
         self.scale = alpha / r
         # A random (its r rows read r directions of x), B zero: the update B @ A starts at 0.
         # Both in fp32 even when W is bf16: the optimizer's small steps would round away.
+        device = self.weight.device
         a = torch.randn(r, in_features, generator=generator) / in_features**0.5
-        self.A = nn.Parameter(a.to(self.weight.device))                          # [r, in]
-        self.B = nn.Parameter(torch.zeros(out_features, r, device=self.weight.device))  # [out, r]
+        self.A = nn.Parameter(a.to(device))                                 # [r, in]
+        self.B = nn.Parameter(torch.zeros(out_features, r, device=device))  # [out, r]
 
     def forward(self, x):
-        low_rank = F.linear(F.linear(x.to(self.A.dtype), self.A), self.B)   # [.., r] -> [.., out]
+        low_rank = F.linear(F.linear(x.to(self.A.dtype), self.A), self.B)  # [..., out]
         return F.linear(x, self.weight) + (self.scale * low_rank).to(x.dtype)
 
     def merged(self):
