@@ -1310,8 +1310,171 @@ def check_ch16_round_activations(round_activations):
 
 
 # ---------------------------------------------------------------------------- ch17
+@exercise("17.1")
+def check_ch17_masked_perplexity(masked_perplexity):
+    """masked_perplexity(nll, mask) -> exp(mean loss over the scored tokens): nll [B, T] is the
+    loss of position t predicting token t + 1, mask [B, T] says which tokens are targets."""
+    gen = torch.Generator().manual_seed(17)
+    nll = torch.rand(3, 8, generator=gen, dtype=torch.float64) * 6
+    mask = torch.zeros(3, 8, dtype=torch.bool)
+    mask[0, 2:] = True  # a short prompt, a long answer
+    mask[1, 6:] = True  # a long prompt, a two-token answer
+    mask[2, 1:5] = True  # an answer, then padding
+    scored = mask[:, 1:]  # token t + 1 is predicted at position t
+    want = math.exp(nll[:, :-1][scored].mean().item())
+    got = float(masked_perplexity(nll.clone(), mask.clone()))
+    if math.isclose(got, want, rel_tol=1e-6):
+        return []
+    if math.isclose(got, math.exp(nll[mask].mean().item()), rel_tol=1e-6):
+        return [
+            _t(
+                "忘了错位：位置 t 的损失预测的是第 t + 1 个词元，要用 mask[:, 1:] 对齐",
+                "the shift is forgotten: position t's loss predicts token t + 1, so it is "
+                "scored where mask[:, 1:] is True",
+            )
+        ]
+    per_seq = torch.stack([nll[b, :-1][scored[b]].mean() for b in range(3)]).mean()
+    if math.isclose(got, math.exp(per_seq.item()), rel_tol=1e-6):
+        return [
+            _t(
+                "先按句子求平均会让短答案和长答案一样重：应对所有被计分的词元一起求平均",
+                "averaging per sequence first weighs a two-token answer like a long one: "
+                "average over every scored token at once",
+            )
+        ]
+    return [
+        _t(f"困惑度应为 {want:.4f}，得到 {got:.4f}", f"want perplexity {want:.4f}, got {got:.4f}")
+    ]
+
+
+@exercise("17.2")
+def check_ch17_loss_ignore(loss):
+    """loss(logits, targets) -> the mean of logsumexp(logits) - logits[target] over the targets
+    that are not -100; logits [N, V] may be large."""
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(12, 50, generator=gen) * 40 + 60  # e^z overflows fp32 beyond 88
+    targets = torch.randint(0, 50, (12,), generator=gen)
+    targets[::3] = -100
+    want = F.cross_entropy(logits.double(), targets).item()
+    got = float(loss(logits.clone(), targets.clone()))
+    if got != got or abs(got) == float("inf"):
+        return [
+            _t(
+                "得到 nan 或 inf：e^z 在 fp32 里溢出了，用 logsumexp（先减去最大值）",
+                "nan or inf: e^z overflows in fp32; use logsumexp (subtract the max first)",
+            )
+        ]
+    kept = targets != -100
+    if math.isclose(got, want * kept.sum().item() / len(targets), rel_tol=1e-4):
+        return [
+            _t(
+                "被忽略的位置也算进了分母：只除以被计分的目标个数",
+                "the ignored positions are counted in the mean: divide by the scored targets only",
+            )
+        ]
+    if not math.isclose(got, want, rel_tol=1e-4):
+        return [_t(f"损失应为 {want:.4f}，得到 {got:.4f}", f"want loss {want:.4f}, got {got:.4f}")]
+    return []
+
 
 # ---------------------------------------------------------------------------- ch18
+@exercise("18.1")
+def check_ch18_rmsnorm_grad(weight_grad):
+    """weight_grad(x, w, dy) -> dL/dw of y = x / rms(x) * (1 + w), rows x [N, d], given dL/dy."""
+    from qwen.norm import RMSNorm
+
+    gen = torch.Generator().manual_seed(18)
+    for N, d in ((5, 8), (1, 3), (7, 16)):
+        x = torch.randn(N, d, generator=gen, dtype=torch.float64) * 3
+        norm = RMSNorm(d).double()
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(d, generator=gen, dtype=torch.float64) * 0.5)
+        dy = torch.randn(N, d, generator=gen, dtype=torch.float64)
+        (norm(x) * dy).sum().backward()
+        want = norm.weight.grad
+        got = torch.as_tensor(weight_grad(x.clone(), norm.weight.detach().clone(), dy.clone()))
+        if got.shape != want.shape:
+            return [
+                _t(
+                    f"dw 的形状应为 [{d}]：各行的贡献要加起来",
+                    f"dw should have shape [{d}]: add up the rows' contributions",
+                )
+            ]
+        if not _close(got, want, atol=1e-5, rtol=1e-4):  # the norm computes in fp32
+            return [
+                _t(
+                    f"N={N}, d={d}：与 autograd 的梯度不同"
+                    "（dw = Σ_行 dy · x / rms(x)，没有 1 + w）",
+                    f"N={N}, d={d}: not autograd's gradient (dw = sum over rows of "
+                    "dy * x / rms(x), with no 1 + w)",
+                )
+            ]
+    return []
+
+
+@exercise("18.2")
+def check_ch18_mlp_bytes(mlp_bytes):
+    """mlp_bytes(T, dim, hidden) -> the bytes autograd keeps for the backward of one SwiGLU MLP
+    on fp32 x [1, T, dim] (its weights not counted), as qwen.train.SavedBytes counts them."""
+    from qwen.mlp import MLP
+    from qwen.train import SavedBytes
+
+    for T, dim, hidden in ((3, 4, 6), (10, 8, 24), (7, 16, 5)):
+        mlp = MLP(dim, hidden)
+        x = torch.randn(1, T, dim, requires_grad=True)
+        with SavedBytes(mlp) as saved:
+            mlp(x)
+        got = int(mlp_bytes(T, dim, hidden))
+        if got != saved.bytes:
+            return [
+                _t(
+                    f"T={T}, dim={dim}, hidden={hidden}：应为 {saved.bytes:,} 字节，得到 {got:,}"
+                    "（x 被 gate 和 up 共用、只存一份；SiLU 存它的输入，乘法存两个因子，"
+                    "down 存它的输入；fp32 每个数 4 字节）",
+                    f"T={T}, dim={dim}, hidden={hidden}: want {saved.bytes:,} bytes, got "
+                    f"{got:,} (x is shared by gate and up, kept once; SiLU keeps its input, "
+                    "the product both factors, down its input; fp32 is 4 bytes a number)",
+                )
+            ]
+    return []
+
+
+@exercise("18.3")
+def check_ch18_accumulate(accumulate):
+    """accumulate(model, loss_fn, micro_batches): leave in each p.grad the gradient of the mean
+    loss over all the micro-batches (equal sizes), one backward per micro-batch."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(3)
+    batches = [torch.randn(4, 5, generator=gen, dtype=torch.float64) for _ in range(3)]
+    whole = torch.nn.Linear(5, 2).double()
+    parts = torch.nn.Linear(5, 2).double()
+    parts.load_state_dict(whole.state_dict())
+
+    def loss_fn(model, x):
+        return (model(x) ** 2).mean()
+
+    loss_fn(whole, torch.cat(batches)).backward()
+    accumulate(parts, loss_fn, batches)
+    for (name, p), q in zip(whole.named_parameters(), parts.parameters()):
+        if q.grad is None:
+            return [_t(f"{name} 没有梯度", f"{name} has no gradient")]
+        if _close(q.grad, p.grad * len(batches)):
+            return [
+                _t(
+                    "梯度大了 k 倍：每个小批次的损失要除以小批次个数",
+                    "the gradient is k times too large: divide each micro-batch's loss by "
+                    "the number of micro-batches",
+                )
+            ]
+        if not _close(q.grad, p.grad, atol=1e-10, rtol=1e-8):
+            return [
+                _t(
+                    f"{name} 的梯度不等于整批平均损失的梯度（梯度要累加，不要中途清零）",
+                    f"{name}: not the gradient of the whole batch's mean loss (let the "
+                    "gradients add up; do not zero them in between)",
+                )
+            ]
+    return []
 
 
 # ---------------------------------------------------------------------------- ch19

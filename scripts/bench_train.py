@@ -208,10 +208,10 @@ def delta_rule_backward(H, dk, dv, T, repeats):
     rules["transformers (torch fallback)"] = theirs
 
     # transformers scales q by dk**-0.5 inside: give it the unscaled q for the same result
-    def bound(rule, q):
-        return lambda: rule(q, k, v, g, beta)
+    def bound(rule, scale):
+        return lambda: rule(q * scale, k, v, g, beta)  # the product in the call: a graph per call
 
-    call = {n: bound(r, q * dk**0.5 if "transformers" in n else q) for n, r in rules.items()}
+    call = {n: bound(r, dk**0.5 if "transformers" in n else 1.0) for n, r in rules.items()}
     saved, systems = {}, {}
     for n, f in call.items():
         with SavedBytes() as s:

@@ -479,7 +479,83 @@ CASES = [
         False,
     ),
     # -- ch17 cases
+    (
+        "17-loss.md",
+        ex.check_ch17_masked_perplexity,
+        sol.masked_perplexity,
+        [
+            lambda nll, mask: torch.exp(nll[mask].mean()),  # the shift forgotten
+            lambda nll, mask: torch.exp(  # the mean of each sequence's mean
+                torch.stack([n[:-1][m[1:]].mean() for n, m in zip(nll, mask)]).mean()
+            ),
+            lambda nll, mask: torch.exp(nll[:, :-1].mean()),  # the prompts and padding scored too
+            lambda nll, mask: torch.exp(  # each sequence's perplexity, averaged
+                torch.stack([n[:-1][m[1:]].mean() for n, m in zip(nll, mask)])
+            ).mean(),
+        ],
+        False,
+    ),
+    (
+        "17-loss.md",
+        ex.check_ch17_loss_ignore,
+        sol.loss,
+        [
+            lambda z, y: (  # ignored positions in the mean
+                torch.where(
+                    y != -100,
+                    torch.logsumexp(z, -1) - z.gather(-1, y.clamp(min=0)[:, None])[:, 0],
+                    0.0,
+                ).sum()
+                / len(y)
+            ),
+            lambda z, y: (  # softmax by hand, no max subtracted: e^z overflows
+                -torch.log(z.exp() / z.exp().sum(-1, keepdim=True))
+                .gather(-1, y.clamp(min=0)[:, None])[:, 0][y != -100]
+                .mean()
+            ),
+            lambda z, y: F.cross_entropy(z, y.clamp(min=0)),  # -100 read as token 0
+        ],
+        False,
+    ),
     # -- ch18 cases
+    (
+        "18-gradients.md",
+        ex.check_ch18_rmsnorm_grad,
+        sol.weight_grad,
+        [
+            lambda x, w, dy: dy * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),  # no sum
+            lambda x, w, dy: (  # the scale 1 + w in the gradient of w
+                dy * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + w)
+            ).sum(0),
+            lambda x, w, dy: (dy * x).sum(0),  # the normalisation forgotten
+        ],
+        False,
+    ),
+    (
+        "18-gradients.md",
+        ex.check_ch18_mlp_bytes,
+        sol.mlp_bytes,
+        [
+            lambda T, d, h: 4 * T * (2 * d + 4 * h),  # x counted twice (gate and up)
+            lambda T, d, h: 4 * T * (d + 3 * h),  # SiLU's input or output forgotten
+            lambda T, d, h: 2 * T * (d + 4 * h),  # 2 bytes a number: bf16, not fp32
+            lambda T, d, h: 4 * (T * (d + 4 * h) + 3 * d * h),  # the weights counted
+        ],
+        False,
+    ),
+    (
+        "18-gradients.md",
+        ex.check_ch18_accumulate,
+        sol.accumulate,
+        [
+            lambda model, loss_fn, mbs: [loss_fn(model, x).backward() for x in mbs],  # no divide
+            lambda model, loss_fn, mbs: [  # zeroed in between: only the last micro-batch is left
+                (model.zero_grad(), (loss_fn(model, x) / len(mbs)).backward()) for x in mbs
+            ],
+            lambda model, loss_fn, mbs: (loss_fn(model, mbs[-1])).backward(),  # one micro-batch
+        ],
+        False,
+    ),
     # -- ch19 cases
     (
         "19-backward.md",

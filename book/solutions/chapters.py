@@ -349,8 +349,48 @@ def round_activations(x):
 
 
 # ---------------------------------------------------------------------------- ch17
+# --8<-- [start:ch17_masked_perplexity]
+def masked_perplexity(nll, mask):
+    """Position t predicts token t + 1: it is scored where token t + 1 is a target."""
+    scored = mask[:, 1:]
+    return torch.exp(nll[:, :-1][scored].mean())     # one mean over every scored token
+# --8<-- [end:ch17_masked_perplexity]
+
+
+# --8<-- [start:ch17_loss_ignore]
+def loss(logits, targets):
+    """-log softmax(logits)[target], averaged over the targets that are not -100."""
+    keep = targets != -100
+    z = logits[keep].double()                          # the ignored rows are dropped first
+    nll = torch.logsumexp(z, dim=-1) - z.gather(-1, targets[keep][:, None])[:, 0]
+    return nll.mean()                                  # divided by the scored targets only
+# --8<-- [end:ch17_loss_ignore]
+
 
 # ---------------------------------------------------------------------------- ch18
+# --8<-- [start:ch18_rmsnorm_grad]
+def weight_grad(x, w, dy):
+    """y = n * (1 + w) with n = x / rms(x): dy/dw is n, summed over the rows."""
+    n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (dy * n).sum(0)
+# --8<-- [end:ch18_rmsnorm_grad]
+
+
+# --8<-- [start:ch18_mlp_bytes]
+def mlp_bytes(T, dim, hidden):
+    """x (kept once for gate and up), gate's output (SiLU's input), silu(gate) and up (the
+    product's factors), their product (down's input): fp32, 4 bytes each."""
+    return 4 * T * (dim + 4 * hidden)
+# --8<-- [end:ch18_mlp_bytes]
+
+
+# --8<-- [start:ch18_accumulate]
+def accumulate(model, loss_fn, micro_batches):
+    """Gradients add up in p.grad: each micro-batch's mean loss, divided by how many there are."""
+    for x in micro_batches:
+        (loss_fn(model, x) / len(micro_batches)).backward()
+# --8<-- [end:ch18_accumulate]
+
 
 # ---------------------------------------------------------------------------- ch19
 # --8<-- [start:ch19_solve_backward]
