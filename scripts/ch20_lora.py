@@ -10,6 +10,8 @@ from tokenizers import Tokenizer
 from book import sft_data
 from book.out import record, record_error, record_measured
 from book.tiny import is_tiny
+from qwen.chat import chat_ids
+from qwen.generate import generate
 from qwen.lora import add_lora, merge_lora, save_pretrained, sft_batch, sft_example
 from qwen.model import Qwen, from_pretrained
 from qwen.optim import AdamW, clip_grad_norm, lr_at
@@ -50,6 +52,19 @@ model = from_pretrained(path, torch.float32)
 probe = sft_batch(held[:8], PAD)[0]               # 8 held-out pairs, to compare logits on
 with torch.no_grad():
     before = model(probe)
+# a held-out question in each language, answered greedily before and after (the real model only:
+# random weights answer noise, and their argmax over near-equal logits moves from CPU to CPU)
+asked = [next(q for q, _, lang in data["held_out"] if lang == want)
+         for want in sft_data.LANGUAGES]
+
+
+@torch.no_grad()
+def answer(question):
+    prompt = chat_ids(tok, [{"role": "user", "content": question}])
+    return tok.decode(list(generate(model, prompt, 40))).strip()
+
+
+answers = {} if tiny else {q: answer(q) for q in asked}
 add_lora(model, r=8, alpha=16)                    # every projection; all else frozen
 lora = [p for p in model.parameters() if p.requires_grad]
 n_lora, n_all = sum(p.numel() for p in lora), sum(p.numel() for p in model.parameters())
@@ -124,6 +139,9 @@ with tempfile.TemporaryDirectory() as tmp:
         again = from_pretrained(folder, torch.float32)(probe)
     print(f"loaded back: largest logit difference {(again - merged).abs().max().item()}")
 # --8<-- [end:merge]
+
+for q, said in answers.items():
+    print(f"\nuser: {q}\n  before: {said}\n  after:  {answer(q)}")
 
 record(lora_params=f"{n_lora:,}", all_params=f"{n_all:,}", lora_share=f"{n_lora / n_all:.3%}",
        big_lora=f"{big_lora:,}", big_all=f"{big_all:,}", big_share=f"{big_lora / big_all:.2%}",
