@@ -120,6 +120,15 @@ def test_the_loss_scores_the_answer_tokens_only():
     assert next_token_loss(logits, changed, mask) != loss
 
 
+def test_right_padding_changes_no_real_token(like):
+    model = from_pretrained(like)
+    short, long = IDS[0, :10].tolist(), IDS[1].tolist()
+    ids, mask = sft_batch([(short, [True] * 10), (long, [True] * len(long))], pad_id=7)
+    assert ids[0, 10:].eq(7).all() and not mask[0, 10:].any() and mask[1].all()
+    with torch.no_grad():
+        max_diff("a padded row, its real tokens", model(ids)[0, :10], model(ids[:1, :10])[0], 1e-5)
+
+
 def test_the_chat_data_is_real_and_split_once():
     data = sft_data.load()
     assert len(data["train"]) > 2000 and len(data["held_out"]) > 200
