@@ -1716,3 +1716,96 @@ def check_ch20_merge(merge):
 
 
 # ---------------------------------------------------------------------------- ch21
+@exercise("21.1")
+def check_ch21_lr_at(lr_at):
+    """lr_at(step, total, peak, warmup, floor) -> the learning rate of 0-based step `step`."""
+    from qwen.optim import lr_at as ref
+
+    for total, peak, warmup, floor in ((100, 1e-3, 10, 0.1), (50, 3e-3, 1, 0.0), (20, 1.0, 5, 0.5)):
+        for step in (0, warmup - 1, warmup, total // 2, total - 1):
+            got, want = (
+                float(lr_at(step, total, peak, warmup, floor)),
+                ref(step, total, peak, warmup, floor),
+            )
+            if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12):
+                where = _t(
+                    "预热的第一步应已大于 0、第 warmup - 1 步到达峰值"
+                    if step < warmup
+                    else "最后一步应落在 floor × peak，不是 0",
+                    "the first warm-up step is already above 0 and step warmup - 1 reaches the peak"
+                    if step < warmup
+                    else "the last step ends at floor * peak, not 0",
+                )
+                return [
+                    _t(
+                        f"total={total}、warmup={warmup}、floor={floor} 的第 {step} 步：应为 "
+                        f"{want:.6g}，得到 {got:.6g}（{where}）",
+                        f"step {step} of total={total}, warmup={warmup}, floor={floor}: want "
+                        f"{want:.6g}, got {got:.6g} ({where})",
+                    )
+                ]
+    return []
+
+
+@exercise("21.2")
+def check_ch21_bigram_perplexity(bigram_perplexity):
+    """bigram_perplexity(train, test, vocab, k) -> the add-k bigram model's perplexity on test."""
+    cases = (
+        ([0, 1, 0, 1, 0, 2], [0, 1, 2, 0], 3, 0.5),
+        ([0, 0, 1, 1, 2, 3, 0, 1], [1, 2, 3, 3, 0], 4, 0.1),
+        ([2, 1, 2, 1, 2], [1, 2, 2], 3, 1.0),
+    )
+    for train, test, vocab, k in cases:
+        counts = [[0] * vocab for _ in range(vocab)]
+        for a, b in zip(train, train[1:]):
+            counts[a][b] += 1
+        nll = [
+            -math.log((counts[a][b] + k) / (sum(counts[a]) + k * vocab))
+            for a, b in zip(test, test[1:])
+        ]
+        want = math.exp(sum(nll) / len(nll))
+        got = float(bigram_perplexity(train, test, vocab, k))
+        if not math.isclose(got, want, rel_tol=1e-6):
+            return [
+                _t(
+                    f"训练 {train}、测试 {test}、词表 {vocab}、k={k}：应为 {want:.4f}，得到 "
+                    f"{got:.4f}（p(b|a) = (count(a,b) + k) / (count(a) + k·词表)；对测试里每一对"
+                    "相邻词元取 −log p 的平均，再取 exp）",
+                    f"train {train}, test {test}, vocab {vocab}, k={k}: want {want:.4f}, got "
+                    f"{got:.4f} (p(b|a) = (count(a,b) + k) / (count(a) + k * vocab); the mean of "
+                    "-log p over the test's neighbouring pairs, then exp)",
+                )
+            ]
+    return []
+
+
+@exercise("21.3")
+def check_ch21_param_count(param_count):
+    """param_count(cfg) -> how many parameters qwen.model.Qwen(cfg) holds, from the config alone."""
+    from qwen.model import Qwen
+    from qwen.pretrain import small_config
+
+    configs = {
+        "small_config(4096)": small_config(4096),
+        "small_config(4096, all_attention=True)": small_config(4096, all_attention=True),
+        "small_config(1000, layers=4, hidden=128)": small_config(1000, layers=4, hidden=128),
+    }
+    untied = small_config(512, layers=4, hidden=64, intermediate=96)
+    untied.tie_word_embeddings = False
+    configs["untied, 4 layers, hidden 64"] = untied
+    for name, cfg in configs.items():
+        with torch.device("meta"):
+            want = sum(p.numel() for p in Qwen(cfg).parameters())
+        got = int(param_count(cfg))
+        if got != want:
+            return [
+                _t(
+                    f"{name}：应有 {want:,} 个参数，得到 {got:,}（相差 {got - want:+,}；"
+                    "查查 q_proj 的门控那一半、各层的两个 RMSNorm、DeltaNet 的 A_log/dt_bias/卷积，"
+                    "以及绑定的输出头只算一次）",
+                    f"{name}: want {want:,} parameters, got {got:,} (off by {got - want:+,}; "
+                    "look at q_proj's gate half, each layer's two RMSNorms, DeltaNet's A_log, "
+                    "dt_bias and conv, and a tied head counted once)",
+                )
+            ]
+    return []

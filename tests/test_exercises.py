@@ -640,6 +640,82 @@ CASES = [
         False,
     ),
     # -- ch21 cases
+    (
+        "21-scratch.md",
+        ex.check_ch21_lr_at,
+        sol.lr_at,
+        [
+            lambda s, n, peak, w, floor=0.1: (  # cosine down to 0, the floor ignored
+                peak * (s + 1) / w
+                if s < w
+                else peak * 0.5 * (1 + math.cos(math.pi * (s - w) / max(1, n - 1 - w)))
+            ),
+            lambda s, n, peak, w, floor=0.1: (  # off by one: step 0 has lr 0
+                peak * s / w if s < w else sol.lr_at(s, n, peak, w, floor)
+            ),
+            lambda s, n, peak, w, floor=0.1: (  # the floor reached one step after the end
+                peak * (s + 1) / w
+                if s < w
+                else peak
+                * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (s - w) / (n - w))))
+            ),
+        ],
+        False,
+    ),
+    (
+        "21-scratch.md",
+        ex.check_ch21_bigram_perplexity,
+        sol.bigram_perplexity,
+        [
+            lambda tr, te, V, k: sol.bigram_perplexity(tr, te, V, 1e-9),  # no smoothing to speak of
+            lambda tr, te, V, k: math.exp(  # k not spread over the vocabulary
+                -sum(
+                    math.log(
+                        (sum(a == x and b == y for x, y in zip(tr, tr[1:])) + k)
+                        / (sum(a == x for x in tr[:-1]) + k)
+                    )
+                    for a, b in zip(te, te[1:])
+                )
+                / (len(te) - 1)
+            ),
+            lambda tr, te, V, k: math.exp(  # count(a) over the whole text, the last token too
+                -sum(
+                    math.log(
+                        (sum(a == x and b == y for x, y in zip(tr, tr[1:])) + k)
+                        / (tr.count(a) + k * V)
+                    )
+                    for a, b in zip(te, te[1:])
+                )
+                / (len(te) - 1)
+            ),
+            lambda tr, te, V, k: sol.bigram_perplexity(tr, te, V, k) ** 0.5,  # the log2, halved
+        ],
+        False,
+    ),
+    (
+        "21-scratch.md",
+        ex.check_ch21_param_count,
+        sol.param_count,
+        [
+            lambda cfg: (
+                sol.param_count(cfg)  # the tied head counted twice
+                + (cfg.vocab_size * cfg.hidden_size if cfg.tie_word_embeddings else 0)
+            ),
+            lambda cfg: (
+                sol.param_count(cfg)  # q_proj without its gate half
+                - cfg.layer_types.count("full_attention")
+                * cfg.hidden_size
+                * cfg.num_attention_heads
+                * cfg.head_dim
+            ),
+            lambda cfg: sol.param_count(cfg) - 2 * cfg.num_hidden_layers * cfg.hidden_size,  # norms
+            lambda cfg: (
+                sol.param_count(cfg)  # the untied head forgotten
+                - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+            ),
+        ],
+        False,
+    ),
 ]
 
 

@@ -442,3 +442,43 @@ def merge(W, A, B, alpha, r):
 
 
 # ---------------------------------------------------------------------------- ch21
+# --8<-- [start:ch21_lr_at]
+def lr_at(step, total, peak, warmup, floor=0.1):
+    """A straight rise over `warmup` steps, then half a cosine from peak to floor * peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup                  # step 0 already takes a step
+    done = (step - warmup) / max(1, total - 1 - warmup)    # 0 after the warm-up, 1 at the last step
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * done)))
+# --8<-- [end:ch21_lr_at]
+
+
+# --8<-- [start:ch21_bigram_perplexity]
+def bigram_perplexity(train, test, vocab, k):
+    """Add-k counts from train; exp of the mean -log p(b | a) over test's pairs."""
+    counts = [[0] * vocab for _ in range(vocab)]
+    for a, b in zip(train, train[1:]):
+        counts[a][b] += 1
+    nll = [-math.log((counts[a][b] + k) / (sum(counts[a]) + k * vocab))
+           for a, b in zip(test, test[1:])]
+    return math.exp(sum(nll) / len(nll))
+# --8<-- [end:ch21_bigram_perplexity]
+
+
+# --8<-- [start:ch21_param_count]
+def param_count(cfg):
+    """Every tensor's shape multiplied out (chapter 9's budget), the head once if tied."""
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    keys = cfg.linear_num_key_heads * cfg.linear_key_head_dim
+    values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    heads = cfg.linear_num_value_heads
+    attention = 2 * d * q + 2 * d * kv + q * d + 2 * cfg.head_dim       # q (+ gate), k, v, o, norms
+    deltanet = (d * (2 * keys + values) + d * values + 2 * d * heads     # qkv, z, b, a
+                + (2 * keys + values) * cfg.linear_conv_kernel_dim       # conv kernels
+                + 2 * heads + cfg.linear_value_head_dim + values * d)    # A_log, dt_bias, norm, out
+    n_full = cfg.layer_types.count("full_attention")
+    layers = n_full * attention + (cfg.num_hidden_layers - n_full) * deltanet
+    layers += cfg.num_hidden_layers * (3 * d * f + 2 * d)                # MLP, two norms
+    head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * d
+    return cfg.vocab_size * d + layers + d + head                        # + final norm
+# --8<-- [end:ch21_param_count]
