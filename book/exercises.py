@@ -14,9 +14,19 @@ import torch.nn.functional as F
 _LANG = ["en"]
 
 
-def TODO(what):
-    """The placeholder in an exercise: replace the call with your code."""
-    raise NotImplementedError(what)
+class Unsolved(NotImplementedError):
+    """What TODO raises: a hint in each language (one hint serves both when only one is given)."""
+
+    def __init__(self, zh, en=None):
+        super().__init__(en if en is not None else zh)
+        self.zh, self.en = zh, en if en is not None else zh
+
+
+def TODO(zh, en=None):
+    """占位：把这个调用换成你的代码。The placeholder: replace the call with your code.
+
+    TODO("中文提示", "English hint"); a single hint is shown in both editions."""
+    raise Unsolved(zh, en)
 
 
 def _t(zh, en):
@@ -36,8 +46,12 @@ def exercise(number):
             try:
                 problems = check(*args, **kwargs)
             except NotImplementedError as e:
+                hint = _t(e.zh, e.en) if isinstance(e, Unsolved) else str(e)
                 print(
-                    _t(f"练习 {number}：还没做（{e}）", f"Exercise {number}: not solved yet ({e})")
+                    _t(
+                        f"练习 {number}：还没做（提示：{hint}）",
+                        f"Exercise {number}: not solved yet (hint: {hint})",
+                    )
                 )
                 return False
             except Exception as e:  # the reader's code failed: say how, do not raise
@@ -209,6 +223,7 @@ def check_ch03_rmsnorm(rmsnorm):
     from qwen.norm import RMSNorm
 
     x, w = _norm_case()
+    x[3] *= 2e-4  # a row whose mean square is near eps: eps belongs under the root
     ref = RMSNorm(64)
     ref.weight.data = w
     want = ref(x)
@@ -217,8 +232,8 @@ def check_ch03_rmsnorm(rmsnorm):
     if problems:
         return problems
     if not _close(got, want, atol=1e-4):
-        rms = got.float().pow(2).mean(-1).sqrt().mean().item()
-        cos = F.cosine_similarity(got.float(), want, dim=-1).mean().item()
+        rms = got[:3].float().pow(2).mean(-1).sqrt().mean().item()
+        cos = F.cosine_similarity(got[:3].float(), want[:3], dim=-1).mean().item()
         problems.append(
             _t(
                 f"和正确结果差太多：输出的均方根是 {rms:.3f}（应约为 1），余弦 {cos:.3f}",
@@ -234,8 +249,31 @@ def check_ch03_rmsnorm(rmsnorm):
                     "+ w",
                 )
             )
+        elif _close(got[:3], want[:3], atol=1e-4):
+            problems.append(
+                _t(
+                    "只有均方接近 eps 的那一行不对：eps 加在开方之前，rsqrt(mean(x²) + eps)",
+                    "only the row whose mean square is near eps is wrong: eps goes under the root, "
+                    "rsqrt(mean(x²) + eps)",
+                )
+            )
+        elif abs(rms - 1) < 0.05 and cos > 0.99:
+            problems.append(
+                _t(
+                    "每一行单独求均方根（沿最后一维），不减均值",
+                    "the rms is per row (along the last dim), with no mean subtracted",
+                )
+            )
         return problems
-    half = torch.as_tensor(rmsnorm(x.bfloat16(), w.bfloat16(), 1e-6))
+    # bf16: the reference upcasts to fp32 and rounds once at the end; staying in bf16 rounds at
+    # every step, and about half the outputs land on a neighbouring bf16 value
+    gen = torch.Generator().manual_seed(31)
+    xb = (torch.randn(16, 256, generator=gen) * 5).bfloat16()
+    wb = (torch.randn(256, generator=gen) * 0.3).bfloat16()
+    ref = RMSNorm(256)
+    ref.weight.data = wb
+    want = ref(xb)
+    half = torch.as_tensor(rmsnorm(xb, wb, 1e-6))
     if half.dtype != torch.bfloat16:
         problems.append(
             _t(
@@ -243,10 +281,20 @@ def check_ch03_rmsnorm(rmsnorm):
                 f"a bf16 input should come back bf16, got {half.dtype}",
             )
         )
-    elif not _close(half, ref(x.bfloat16()), atol=0.05, rtol=0.02):
-        problems.append(
-            _t("bf16 输入的结果不对：先转 fp32 再算", "wrong on a bf16 input: move to fp32 first")
-        )
+    elif half.shape != want.shape:
+        problems.append(_shape_problem(half, want, _t("bf16 的输出", "the bf16 output")))
+    else:
+        off = (half != want).float().mean().item()
+        if off > 0.01:
+            problems.append(
+                _t(
+                    f"bf16 输入时 {off:.0%} 的输出和参考值不是同一个 bf16 数：x 和 w 都先转成 "
+                    "fp32，整个 norm（包括 1 + w）在 fp32 里算，最后只舍入一次",
+                    f"on a bf16 input {off:.0%} of the outputs are not the reference's bf16 value: "
+                    "move x and w to fp32, do the whole norm there (the 1 + w too), round once "
+                    "at the end",
+                )
+            )
     return problems
 
 
@@ -278,6 +326,15 @@ def check_ch03_gated(gated_rmsnorm):
     if _close(got, w * norm * torch.sigmoid(z), atol=1e-4):
         problems.append(
             _t("门是 silu(z) = z·σ(z)，不是 σ(z)", "the gate is silu(z) = z·σ(z), not σ(z)")
+        )
+    gated = x * F.silu(z)
+    if _close(got, w * gated / gated.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt(), atol=1e-4):
+        problems.append(
+            _t(
+                "先归一化 x，再乘门：门加在归一化之前，它的大小就被归一化抹掉了",
+                "normalise x first, then gate: a gate applied before the norm has its size "
+                "normalised away",
+            )
         )
     return problems
 
@@ -334,44 +391,84 @@ def check_ch04_interleaved(rope_interleaved):
         problems.append(
             _t("这是 rotate-half 的配对 (i, i + r/2)", "that is rotate-half's pairing (i, i + r/2)")
         )
+    elif _close(got, _interleaved_reference(x, -angle), atol=1e-5):
+        problems.append(
+            _t(
+                "转反了：第一个坐标是 x₁cos − x₂sin，第二个是 x₁sin + x₂cos",
+                "it turns the wrong way: the first coordinate is x₁cos − x₂sin, the second "
+                "x₁sin + x₂cos",
+            )
+        )
     return problems
 
 
 @exercise("4.2")
-def check_ch04_wavelengths(wavelengths):
-    """wavelengths(head_dim, partial_rotary_factor, theta) -> tokens per full turn of each rotated
-    pair."""
+def check_ch04_cos_sin(rope_cos_sin):
+    """rope_cos_sin(positions, inv_freq, dtype) -> (cos, sin), each [T, 2 * len(inv_freq)] in
+    dtype, laid out for rotate-half; the angles computed in fp32."""
     from qwen.rope import RotaryEmbedding
 
+    inv_freq = RotaryEmbedding(256, 0.25, 1e7).inv_freq
     problems = []
-    for head_dim, factor, theta in ((256, 0.25, 1e7), (32, 0.25, 1e7), (64, 1.0, 1e4)):
-        want = 2 * math.pi / RotaryEmbedding(head_dim, factor, theta).inv_freq.double()
-        got = torch.as_tensor(wavelengths(head_dim, factor, theta))
-        shape = _shape_problem(got, want, f"wavelengths({head_dim}, {factor}, {theta:g})")
+    for start, dtype in ((0, torch.float32), (100_000, torch.bfloat16), (250_000, torch.bfloat16)):
+        positions = torch.arange(start, start + 8)
+        angle = positions.float()[:, None] * inv_freq
+        angle = torch.cat([angle, angle], dim=-1)
+        want = (angle.cos().to(dtype), angle.sin().to(dtype))
+        got = [torch.as_tensor(t) for t in rope_cos_sin(positions, inv_freq, dtype)]
+        where = _t(f"位置从 {start:,} 起", f"positions from {start:,}")
+        shape = _shape_problem(got[0], want[0], f"{where}: cos") or _shape_problem(
+            got[1], want[1], f"{where}: sin"
+        )
         if shape:
             problems.append(shape)
-            if got.numel() == head_dim // 2 and factor < 1:
+            if got[0].shape[-1] == len(inv_freq):
                 problems.append(
                     _t(
-                        "只有 head_dim × partial_rotary_factor 维在转",
-                        "only head_dim * partial_rotary_factor dims turn",
+                        "每个角度要出现两次：rotate-half 的第 i 维和第 i + r/2 维共用一个角度",
+                        "each angle appears twice: rotate-half's dims i and i + r/2 share it",
                     )
                 )
-        elif not _close(got, want, rtol=1e-4, atol=0):
+            return problems
+        if got[0].dtype != dtype or got[1].dtype != dtype:
+            return [
+                _t(
+                    f"{where}：cos 和 sin 应是 {dtype}（q、k 的 dtype），得到 {got[0].dtype}",
+                    f"{where}: cos and sin should come back as {dtype} (q and k's dtype), got "
+                    f"{got[0].dtype}",
+                )
+            ]
+        if _close(got[0], want[0], atol=1e-2) and _close(got[1], want[1], atol=1e-2):
+            continue
+        problems.append(_t(f"{where}：cos/sin 的值不对", f"{where}: wrong cos/sin values"))
+        layout = positions.float()[:, None] * inv_freq
+        if _close(got[0], layout.repeat_interleave(2, -1).cos().to(dtype), atol=1e-2):
             problems.append(
                 _t(
-                    f"wavelengths({head_dim}, {factor}, {theta:g}) 的值不对：最快一对应为 2π，"
-                    f"最慢一对应为 {want[-1].item():.4g}",
-                    f"wrong values for ({head_dim}, {factor}, {theta:g}): the "
-                    f"fastest pair is 2π, the slowest {want[-1].item():.4g}",
+                    "这是相邻配对的排法 (θ₀, θ₀, θ₁, θ₁, …)；rotate-half 要 (θ₀, θ₁, …, θ₀, θ₁, …)",
+                    "that is the neighbour layout (θ₀, θ₀, θ₁, θ₁, ...); rotate-half wants "
+                    "(θ₀, θ₁, ..., θ₀, θ₁, ...)",
+                )
+            )
+        elif start and dtype == torch.bfloat16:
+            step = torch.tensor(float(start)).bfloat16()
+            gap = (torch.nextafter(step, torch.tensor(math.inf).bfloat16()) - step).item()
+            problems.append(
+                _t(
+                    f"位置 {start:,} 附近 bf16 相邻两个数差 {gap:g}：角度（位置 × 频率）要在 fp32 "
+                    "里算，只把最后的 cos、sin 转成 bf16",
+                    f"near {start:,} neighbouring bf16 numbers are {gap:g} apart: compute the "
+                    "angle (position × frequency) in fp32 and cast only the final cos and sin",
                 )
             )
     if not problems:
-        slow = int((torch.as_tensor(wavelengths(256, 0.25, 1e7)) > 262_144).sum())
+        bad = (torch.arange(100_000, 100_008).bfloat16()[:, None] * inv_freq.bfloat16()).float()
+        err = (bad - torch.arange(100_000, 100_008).float()[:, None] * inv_freq).abs().max()
         print(
             _t(
-                f"0.8B 的 32 对里，有 {slow} 对在 262,144 个 token 内转不满一圈",
-                f"of the 0.8B's 32 pairs, {slow} never complete a turn within 262,144 tokens",
+                f"同样的角度在 bf16 里算，位置 100,000 处最多差 {err.item():.0f} 弧度",
+                f"the same angles computed in bf16 are off by up to {err.item():.0f} radians at "
+                "position 100,000",
             )
         )
     return problems
@@ -430,6 +527,49 @@ def check_ch05_split(split_query_gate):
                     "1's...; not all queries first",
                 )
             )
+        elif torch.equal(q, gate_want.view(2, 3, 4, 5)):
+            problems.append(
+                _t(
+                    "每个头里 query 在前，gate 在后",
+                    "in each head the query comes first, then the gate",
+                )
+            )
+    return problems
+
+
+@exercise("5.3")
+def check_ch05_causal_mask(causal_mask):
+    """causal_mask(T, S) -> bool [T, S]: may this call's query i (T new tokens) see key j (S keys,
+    the cached ones first)?"""
+    problems = []
+    for T, S in ((4, 4), (1, 7), (3, 8), (2, 5)):
+        want = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        got = torch.as_tensor(causal_mask(T, S))
+        shape = _shape_problem(got, want, f"causal_mask({T}, {S})")
+        if shape:
+            return [shape]
+        if not torch.equal(got.bool(), want):
+            seen = [int(r.sum()) for r in got.bool()]
+            problems.append(
+                _t(
+                    f"T={T}、S={S}：每个查询看到的键数是 {seen}，应为 "
+                    f"{[int(r.sum()) for r in want]}",
+                    f"T={T}, S={S}: the queries see {seen} keys, should see "
+                    f"{[int(r.sum()) for r in want]}",
+                )
+            )
+    if problems and torch.equal(
+        torch.as_tensor(causal_mask(1, 7)).bool().flatten()[1:], torch.zeros(6, dtype=torch.bool)
+    ):
+        problems.insert(
+            0,
+            _t(
+                "有缓存时查询 i 在整段里的位置是 S - T + i：它能看到到这个位置为止的所有键，"
+                "对角线要挪 S - T",
+                "with a cache, query i sits at position S - T + i of the whole sequence and sees "
+                "every key up to there: shift the diagonal by S - T",
+            ),
+        )
     return problems
 
 
@@ -471,6 +611,13 @@ def check_ch06_delta_step(delta_step):
                         "β = 1、键是单位向量时，写完用 k 读出来应该正好是 v：只写误差 v - S'ᵀk",
                         "with β = 1 and a unit key, reading k right after the write must give v "
                         "back: write only the error v - S'ᵀk",
+                    )
+                )
+            elif _close(got, alpha * S + beta * torch.outer(k, v - S.T @ k), atol=1e-5):
+                problems.append(
+                    _t(
+                        "先衰减，再读：预测要用衰减之后的状态 αS",
+                        "decay first, then read: the prediction comes from the decayed state αS",
                     )
                 )
             elif _close(got, alpha * S + beta * torch.outer(k, v), atol=1e-5):
@@ -519,12 +666,31 @@ def check_ch06_gates(gates):
             )
         )
     elif not _close(g, g_want, atol=1e-4, rtol=1e-4):
-        problems.append(
-            _t(
-                "g 不对：g = -exp(A_log) · softplus(a + dt_bias)",
-                "wrong g: g = -exp(A_log) * softplus(a + dt_bias)",
-            )
-        )
+        problems.append(_t("g 不对", "wrong g"))
+        for wrong, why in (
+            (
+                -A_log * F.softplus(a.float() + dt_bias),
+                _t("A_log 是对数，先取 exp", "A_log is a log: exp it first"),
+            ),
+            (
+                -A_log.exp() * F.softplus(a.float()),
+                _t("dt_bias 加在 softplus 里面", "dt_bias goes inside the softplus"),
+            ),
+            (
+                -A_log.exp() * F.softplus(a.float()) + dt_bias,
+                _t("dt_bias 加在 softplus 里面", "dt_bias goes inside the softplus"),
+            ),
+            (
+                -A_log.exp() * F.softplus(a + dt_bias.bfloat16()).float(),
+                _t(
+                    "a 先转 fp32 再加、再 softplus：bf16 的 softplus 差了一截",
+                    "move a to fp32 before the sum and the softplus: in bf16 it is off",
+                ),
+            ),
+        ):
+            if _close(g, wrong, atol=1e-4, rtol=1e-4):
+                problems.append(why)
+                break
     if not _close(beta.float(), beta_want, atol=1e-2):
         problems.append(_t("beta 不对：beta = sigmoid(b)", "wrong beta: beta = sigmoid(b)"))
     return problems
@@ -576,37 +742,118 @@ def _delta_inputs(T, seed=7):
     return q, k, v, -torch.rand(1, 2, T, generator=gen), torch.rand(1, 2, T, generator=gen)
 
 
+class _Recorded:
+    """Wrap qwen.deltanet's two forms where the reader's function finds them, and note each call:
+    which form, how many tokens, the state it was handed and the g it got."""
+
+    NAMES = ("chunk_gated_delta_rule", "recurrent_gated_delta_rule")
+
+    def __init__(self, fn):
+        import qwen.deltanet as deltanet
+
+        self.calls, self.places = [], [deltanet.__dict__, getattr(fn, "__globals__", {})]
+
+    def __enter__(self):
+        import qwen.deltanet as deltanet
+
+        self.saved = [{n: place.get(n) for n in self.NAMES} for place in self.places]
+        for n in self.NAMES:
+            real = getattr(deltanet, n)
+
+            def wrapper(q, k, v, g, beta, state=None, *args, _real=real, _n=n, **kwargs):
+                self.calls.append((_n, q.shape[2], None if state is None else state.clone(), g))
+                return _real(q, k, v, g, beta, state, *args, **kwargs)
+
+            for place in self.places:
+                if n in place or place is deltanet.__dict__:
+                    place[n] = wrapper
+        return self
+
+    def __exit__(self, *exc):
+        for place, saved in zip(self.places, self.saved):
+            for n, f in saved.items():
+                if f is not None:
+                    place[n] = f
+
+
 @exercise("7.2")
 def check_ch07_prefill_then_decode(prefill_then_decode):
     """prefill_then_decode(q, k, v, g, beta, cut): chunked over the first `cut` tokens, then the
     recurrence one token at a time from that state. Returns (outputs [B, H, T, dv], final state)."""
-    from qwen.deltanet import recurrent_gated_delta_rule
+    from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
 
     problems = []
     for T, cut in ((100, 70), (130, 65)):  # lengths that are not multiples of 64
         inputs = _delta_inputs(T)
         o_want, S_want = recurrent_gated_delta_rule(*inputs)
-        o, S = prefill_then_decode(*inputs, cut)
+        with _Recorded(prefill_then_decode) as rec:
+            o, S = prefill_then_decode(*inputs, cut)
         o, S = torch.as_tensor(o), torch.as_tensor(S)
         shape = _shape_problem(o, o_want, _t("输出", "the outputs")) or _shape_problem(
             S, S_want, _t("状态", "the state")
         )
         if shape:
             return [shape]
-        if not (_close(o, o_want, atol=1e-4) and _close(S, S_want, atol=1e-4)):
-            first = _close(o[:, :, :cut], o_want[:, :, :cut], atol=1e-4)
+        where = _t(f"T={T}、在 {cut} 处切开", f"T={T} cut at {cut}")
+        chunked = [c for c in rec.calls if c[0] == "chunk_gated_delta_rule"]
+        steps = [c for c in rec.calls if c[0] == "recurrent_gated_delta_rule"]
+        if (
+            sum(c[1] for c in chunked) != cut
+            or len(steps) != T - cut
+            or any(c[1] != 1 for c in steps)
+        ):
             problems.append(
                 _t(
-                    f"T={T}、在 {cut} 处切开时和整段递推不一致",
-                    f"T={T} cut at {cut} differs from the recurrence over the whole sequence",
+                    f"{where}：分块形式读了 {sum(c[1] for c in chunked)} 个 token，递推走了 "
+                    f"{len(steps)} 次调用、{sum(c[1] for c in steps)} 个 token；应是分块读前 "
+                    f"{cut} 个（预填充），再一次一个 token 递推 {T - cut} 次（解码）",
+                    f"{where}: the chunked form read {sum(c[1] for c in chunked)} tokens, the "
+                    f"recurrence {sum(c[1] for c in steps)} in {len(steps)} calls; prefill is the "
+                    f"chunked form over the first {cut}, decoding {T - cut} recurrent calls of one "
+                    "token each",
                 )
             )
-            if first:
+            continue
+        if not (_close(o, o_want, atol=1e-4) and _close(S, S_want, atol=1e-4)):
+            problems.append(
+                _t(
+                    f"{where}：和整段递推不一致",
+                    f"{where}: differs from the recurrence over the whole sequence",
+                )
+            )
+            _, S_cut = chunk_gated_delta_rule(*(t[:, :, :cut] for t in inputs))
+            handed = steps[0][2]
+            if handed is None or not handed.abs().max() > 0:
                 problems.append(
                     _t(
-                        f"前 {cut} 个输出对，后面错：递推要从分块形式留下的状态接着走",
-                        f"the first {cut} outputs agree, the rest do not: the recurrence must "
-                        "start from the state the chunked form left",
+                        "第一次递推从空状态开始：把分块形式返回的状态交给它",
+                        "the first recurrent step starts from an empty state: hand it the state "
+                        "the chunked form returned",
+                    )
+                )
+            elif not _close(handed, S_cut, atol=1e-4):
+                problems.append(
+                    _t(
+                        f"交给第一次递推的不是前 {cut} 个 token 之后的状态",
+                        f"the first recurrent step is not handed the state after the first {cut} "
+                        "tokens",
+                    )
+                )
+            elif any(not (c[3] != 0).any() for c in steps):
+                problems.append(
+                    _t(
+                        "解码的每一步都要带上它自己的 g：少了衰减，状态只加不忘",
+                        "each decode step needs its own g: without the decay the state never "
+                        "forgets",
+                    )
+                )
+            else:
+                problems.append(
+                    _t(
+                        f"状态交接是对的，后 {T - cut} 步错了：第 t 步用第 t 个 token 的 q、k、v、"
+                        "g、beta，和上一步留下的状态",
+                        f"the hand-over is right, the last {T - cut} steps are not: step t takes "
+                        "token t's q, k, v, g, beta and the state the step before left",
                     )
                 )
     if not problems:
@@ -830,9 +1077,32 @@ def check_ch11_top_p(top_p_keep):
                     f"p={p:.2f}: kept {sum(got)}, should keep {sum(want)}",
                 )
             )
-            if sum(got) == sum(want) - 1:
-                problems.insert(0, _t("越过 p 的那一个也要留下", "the token that crosses p stays"))
+    crossing = _t("越过 p 的那一个也要留下", "the token that crosses p stays")
+    short = [
+        sum(bool(b) for b in torch.as_tensor(top_p_keep(torch.tensor(probs), p)).flatten())
+        == sum(want[: len(probs)]) - 1
+        for probs, p, want in cases
+    ]
+    if problems and any(short):
+        problems.insert(0, crossing)
     return problems
+
+
+class _Watched:
+    """The model as the reader's code sees it: every call goes through, and is noted (how many
+    tokens, which cache)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __call__(self, ids, cache=None, *args, **kwargs):
+        self.calls.append((torch.as_tensor(ids).shape[-1], cache))
+        return self.model(ids, cache, *args, **kwargs)
+
+    forward = __call__
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
 
 
 @exercise("11.2")
@@ -840,31 +1110,113 @@ def check_ch11_cached_greedy(greedy, model, ids):
     """greedy(model, ids, n) -> n greedy token ids, reading the prompt once into a Cache and then
     one token per call."""
     n = 3
-    got = [int(t) for t in greedy(model, list(ids), n)]
+    watched = _Watched(model)
+    got = [int(t) for t in greedy(watched, list(ids), n)]
     seq = list(ids)
     with torch.no_grad():
         for _ in range(n):  # no cache: recompute everything, every step
             seq.append(int(model(torch.tensor([seq]), last_only=True)[0, -1].argmax()))
     want = seq[len(ids) :]
-    if got == want:
-        print(
-            _t(
-                f"{n} 个 token 和每步从头重算的一样：{got}",
-                f"{n} tokens, the same as recomputing from scratch: {got}",
+    lengths = [c[0] for c in watched.calls]
+    caches = {id(c[1]) for c in watched.calls}
+    if got == want and lengths == [len(ids)] + [1] * (n - 1) and len(caches) == 1:
+        if watched.calls[0][1] is not None:
+            print(
+                _t(
+                    f"{n} 个 token 和每步从头重算的一样：{got}；模型读了 {sum(lengths)} 个位置，"
+                    f"不用缓存要读 {sum(len(ids) + i for i in range(n))} 个",
+                    f"{n} tokens, the same as recomputing from scratch: {got}; the model read "
+                    f"{sum(lengths)} positions, {sum(len(ids) + i for i in range(n))} without a "
+                    "cache",
+                )
             )
-        )
-        return []
-    problems = [_t(f"应为 {want}，得到 {got}", f"should be {want}, got {got}")]
-    if len(got) == len(want):
-        first = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+            return []
+    problems = []
+    if got != want:
+        problems.append(_t(f"应为 {want}，得到 {got}", f"should be {want}, got {got}"))
+    if any(c[1] is None for c in watched.calls):
         problems.append(
             _t(
-                f"从第 {first} 个 token 起不同：缓存少看了（或多看了）一个 token；每次调用后 "
-                "cache.seq_len 应等于已读的 token 数",
-                f"they part at token {first}: the cache missed a token (or saw one twice); after "
-                "each call cache.seq_len must equal the number of tokens read",
+                f"有的调用没带缓存（每次调用读的 token 数：{lengths}）：每步都从头重算，"
+                "要把同一个 Cache 传给每一次调用",
+                f"some calls pass no cache (tokens read per call: {lengths}): that recomputes "
+                "everything at every step; pass the same Cache to every call",
             )
         )
+    elif len(caches) > 1:
+        problems.append(
+            _t(
+                f"{len(watched.calls)} 次调用用了 {len(caches)} 个不同的 Cache：建一次，一直用它",
+                f"{len(watched.calls)} calls used {len(caches)} different caches: make one "
+                "and keep it",
+            )
+        )
+    elif lengths != [len(ids)] + [1] * (n - 1):
+        problems.append(
+            _t(
+                f"每次调用读的 token 数是 {lengths}，应为 {[len(ids)] + [1] * (n - 1)}："
+                "提示词一次读完，之后每次只喂刚选出的那一个；"
+                "缓存少看或多看一个 token，结果就悄悄变了",
+                f"the calls read {lengths} tokens, should be {[len(ids)] + [1] * (n - 1)}: the "
+                "prompt in one call, then only the token just picked; a cache that misses a token "
+                "or sees one twice silently changes the result",
+            )
+        )
+    return problems or [_t("结果不对", "wrong result")]
+
+
+@exercise("11.3")
+def check_ch11_repetition(repetition_penalty):
+    """repetition_penalty(logits, seen, r) -> new logits: each token in seen (once, however often
+    it appears) has a positive logit divided by r, a negative one multiplied by r."""
+    logits = torch.tensor([2.0, -2.0, 0.5, -0.5, 3.0, 0.0])
+    problems = []
+    for seen, r in (([0, 1, 3], 1.5), ([1, 1, 1, 4], 2.0), ([], 1.3), ([5, 2], 1.2)):
+        before = logits.clone()
+        want = before.clone()
+        idx = torch.tensor(sorted(set(seen)), dtype=torch.long)
+        if seen:
+            want[idx] = torch.where(want[idx] > 0, want[idx] / r, want[idx] * r)
+        got = torch.as_tensor(repetition_penalty(logits, list(seen), r)).float()
+        if not torch.equal(logits, before):
+            return [
+                _t(
+                    "传进来的 logits 被改了：先 clone，调用者可能还要用原来的分数",
+                    "the logits handed in were changed: clone first, the caller may still need "
+                    "them",
+                )
+            ]
+        shape = _shape_problem(got, want, "logits")
+        if shape:
+            return [shape]
+        if _close(got, want, atol=1e-6):
+            continue
+        problems.append(
+            _t(
+                f"seen={seen}、r={r}：应为 {[round(x, 3) for x in want.tolist()]}，"
+                f"得到 {[round(x, 3) for x in got.tolist()]}",
+                f"seen={seen}, r={r}: should be {[round(x, 3) for x in want.tolist()]}, got "
+                f"{[round(x, 3) for x in got.tolist()]}",
+            )
+        )
+        neg = [i for i in set(seen) if before[i] < 0]
+        if neg and (got[neg] > before[neg]).any():
+            problems.insert(
+                0,
+                _t(
+                    "负分被除以 r 反而变大了（-2 / 1.5 > -2）：这是奖励重复；负分要乘以 r",
+                    "a negative score divided by r goes up (-2 / 1.5 > -2), a reward for "
+                    "repeating: multiply negative scores by r",
+                ),
+            )
+        elif len(set(seen)) < len(seen):
+            problems.insert(
+                0,
+                _t(
+                    "出现几次都只罚一次：先对 seen 去重",
+                    "a token is penalised once however often it appeared: take set(seen)",
+                ),
+            )
     return problems
 
 
@@ -916,6 +1268,7 @@ def check_ch12_reusable(reusable_prefix):
         ("ab", "abcd", 2),
         ("", "x", 0),
         ("xyz", "xyz", 3),
+        ("axc", "ayc", 1),
         ([1, 2, 3], [1, 2, 3, 4], 3),
         ([5, 1], [1, 5], 0),
     ]

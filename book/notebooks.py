@@ -36,7 +36,7 @@ LANGS = ("zh", "en")
 FENCE = re.compile(r"^(\s*)(```+)\s*([\w-]*)")
 # admonitions, details, tabs
 BLOCK = re.compile(r'^(\s*)(!!!|\?\?\?\+?|===)\s*(\w*)\s*(?:"(.*)")?\s*$')
-HIDE, SHOW = "\x00hide", "\x00show"  # around a collapsed block's body: its code cells start hidden
+HIDE, SHOW = "\x00hide", "\x00show"  # around a collapsed block: one markdown cell, its code not run
 SKIP = re.compile(r"^\s*<!--\s*pytest\.mark\.skip(?:\(reason=\"(.*)\"\))?\s*-->\s*$")
 COMMENT = re.compile(r"^\s*<!--\s*pytest-codeblocks:[\w-]+\s*-->\s*$")
 RUN = re.compile(r"^python (scripts/\w+\.py)$")  # a block that only runs one script
@@ -158,14 +158,18 @@ def flatten(lines):
             body.pop()
         title = m.group(4) if m.group(4) is not None else m.group(3).capitalize()
         pad = " " * indent
-        if any(FENCE.match(line) for line in body):
-            hide = m.group(2) == "???"  # collapsed on the page (a solution): hidden in the notebook
+        if m.group(2) == "???":
+            # collapsed on the page (a solution, an answer): a collapsed <details> here, its code as
+            # text, so that "Run all" runs the reader's attempt and not the solution under it
             out += (
-                ([pad + f"**{title}**", ""] if title else [])
-                + ([HIDE] if hide else [])
+                [HIDE, pad + f"<details><summary><b>{title}</b></summary>", ""]
                 + [pad + x if x else "" for x in flatten(body)]
-                + ([SHOW] if hide else [])
+                + ["", pad + "</details>", SHOW]
             )
+        elif any(FENCE.match(line) for line in body):
+            out += ([pad + f"**{title}**", ""] if title else []) + [
+                pad + x if x else "" for x in flatten(body)
+            ]
         else:
             out += ([pad + f"> **{title}**", pad + ">"] if title else []) + [
                 pad + "> " + x for x in flatten(body)
@@ -187,11 +191,12 @@ class Builder:
             self.cells.append(nbformat.v4.new_markdown_cell(text))
         self.text = []
 
-    def code(self, source):
+    def code(self, source, lang_tag="python"):
+        if self.hidden:  # inside a collapsed block: shown, not run (copy it into a cell to run it)
+            self.text += [f"```{lang_tag}", source.strip("\n"), "```"]
+            return
         self.flush()
         self.cells.append(nbformat.v4.new_code_cell(source.strip("\n")))
-        if self.hidden:  # JupyterLab shows a "..." the reader clicks to open
-            self.cells[-1].metadata["jupyter"] = {"source_hidden": True}
 
 
 def _macro(page, lang, line, m):
@@ -247,7 +252,8 @@ def build(lang, name, expanded):
     lines, i, skip, intro = flatten(expand_macros(page, lang, body.split("\n"))), 0, None, False
     while i < len(lines):
         line = lines[i]
-        if line in (HIDE, SHOW):
+        if line in (HIDE, SHOW):  # a collapsed block is one markdown cell of its own
+            b.flush()
             b.hidden = line == HIDE
             i += 1
             continue
@@ -267,13 +273,13 @@ def build(lang, name, expanded):
             if lang_tag == "python" and skip is None:
                 b.code(source)
                 script = next((s for s in SCRIPTS if SCRIPTS[s] == source.strip()), None)
-                if script:
+                if script and not b.hidden:
                     b.scripts[script] = b.cells[-1]
             # the script's own cell above runs it in this notebook
             elif run and run.group(1) in b.scripts:
                 b.text += [f"```{lang_tag}", source, "```"]
             elif lang_tag in ("bash", "sh") and skip is None:
-                b.code("%%bash\n" + source)
+                b.code("%%bash\n" + source) if not b.hidden else b.code(source, lang_tag)
             else:
                 b.text += [f"```{lang_tag}", source, "```"]
                 if skip is not None:

@@ -102,13 +102,47 @@ def test_an_admonition_is_opened_up_so_its_code_runs():
     nb = notebooks.build(
         "en",
         "x.md",
-        '---\nchapter: 1\n---\n# 1. X\n\n??? tip "Solution"\n    Here:\n\n'
+        '---\nchapter: 1\n---\n# 1. X\n\n!!! tip "Try"\n    Here:\n\n'
         "    ```python\n    x = 1\n    ```\n",
     )
     assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["x = 1"]
-    assert "**Solution**" in nb.cells[-2].source and "Here:" in nb.cells[-2].source
-    # collapsed on the page, hidden here
-    assert nb.cells[-1].metadata["jupyter"] == {"source_hidden": True}
+    assert "**Try**" in nb.cells[-2].source and "Here:" in nb.cells[-2].source
+
+
+def test_a_collapsed_solution_stays_collapsed_and_is_not_run():
+    """ "Run all" runs the reader's attempt; the solution under it is a collapsed text cell (the
+    page tests run the solutions)."""
+    nb = notebooks.build(
+        "en",
+        "x.md",
+        '---\nchapter: 1\n---\n# 1. X\n\n```python\ny = TODO("a hint")\n```\n\n'
+        '??? success "Solution"\n    Here:\n\n    ```python\n    y = 1\n    ```\n\nAfter.\n',
+    )
+    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]
+    assert code == ['y = TODO("a hint")']
+    solution = nb.cells[-2]
+    assert solution.cell_type == "markdown" and solution.source.startswith(
+        "<details><summary><b>Solution</b></summary>"
+    )
+    assert "```python\ny = 1\n```" in solution.source and solution.source.endswith("</details>")
+    assert nb.cells[-1].source == "After."
+
+
+@pytest.mark.parametrize("lang", notebooks.LANGS)
+def test_no_chapter_notebook_runs_a_solution(lang, generated):
+    for path, text in generated.items():
+        if path.parent.name != lang:
+            continue
+        nb = nbformat.reads(text, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert "--8<--" not in cell.source and "<details>" not in cell.source
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        solutions = [c for c in nb.cells if c.source.startswith("<details>")]
+        # every exercise's check is called once in code (the attempt) and once in a collapsed cell
+        for cell in solutions:
+            for call in re.findall(r"^(check_\w+)\(", cell.source, re.M):
+                assert code.count(f"\n{call}(") + code.startswith(f"{call}(") == 1, (path, call)
 
 
 def test_a_prose_admonition_becomes_a_quote():

@@ -17,7 +17,7 @@ from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
 
 # --8<-- [start:ch01_short_name]
 def short_name(name):
-    """The name inside our modules, or None for the vision tower and the MTP head."""
+    """模块里的名字；视觉塔和 MTP 头返回 None / our name, or None (vision tower, MTP head)."""
     if name.startswith(("model.visual.", "mtp.")):
         return None
     for prefix in ("model.language_model.", "model."):      # the longer prefix first
@@ -29,7 +29,7 @@ def short_name(name):
 
 # --8<-- [start:ch01_count]
 def count_parameters(state):
-    """Parameters in a state_dict(keep_vars=True), each tensor once."""
+    """参数个数，每个张量只算一次 / parameters, each tensor counted once."""
     unique = {id(t): t.numel() for t in state.values()}  # a tied Parameter appears under two names
     return sum(unique.values())
 # --8<-- [end:ch01_count]
@@ -37,7 +37,7 @@ def count_parameters(state):
 
 # --8<-- [start:ch02_nearest]
 def nearest(E, i, k):
-    """The k rows of E closest to row i by cosine, closest first, row i left out."""
+    """按余弦最近的 k 行，不含第 i 行 / the k nearest rows by cosine, row i left out."""
     unit = F.normalize(E, dim=-1)                           # unit rows: a dot product is a cosine
     cos = unit @ unit[i]
     cos[i] = -math.inf                                      # not its own neighbour
@@ -47,14 +47,14 @@ def nearest(E, i, k):
 
 # --8<-- [start:ch02_own_row_wins]
 def own_row_wins(E):
-    """Per row j: is E[j] . E[i] largest at i = j?"""
+    """argmax_i E[j]·E[i] == j ?"""
     return (E @ E.T).argmax(dim=-1) == torch.arange(E.shape[0])
 # --8<-- [end:ch02_own_row_wins]
 
 
 # --8<-- [start:ch03_rmsnorm]
 def rmsnorm(x, w, eps=1e-6):
-    """x / rms(x) * (1 + w), computed in fp32, returned in x's dtype."""
+    """x / rms(x) * (1 + w)   (fp32; x.dtype out)"""
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return (x32 * (1 + w.float())).to(x.dtype)
@@ -63,7 +63,7 @@ def rmsnorm(x, w, eps=1e-6):
 
 # --8<-- [start:ch03_gated]
 def gated_rmsnorm(x, z, w, eps=1e-6):
-    """w * x / rms(x) * silu(z): a plain weight, no 1 +."""
+    """w * x / rms(x) * silu(z)"""
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return w * x * F.silu(z)
 # --8<-- [end:ch03_gated]
@@ -81,34 +81,42 @@ def rope_interleaved(x, angle):
 # --8<-- [end:ch04_interleaved]
 
 
-# --8<-- [start:ch04_wavelengths]
-def wavelengths(head_dim, partial_rotary_factor, theta):
-    """Tokens per full turn, 2 pi theta^(2m/r), for each of the r/2 rotated pairs."""
-    r = int(head_dim * partial_rotary_factor)               # only these dims turn
-    m = torch.arange(r // 2, dtype=torch.float64)
-    return 2 * math.pi * theta ** (2 * m / r)
-# --8<-- [end:ch04_wavelengths]
+# --8<-- [start:ch04_cos_sin]
+def rope_cos_sin(positions, inv_freq, dtype):
+    """-> cos, sin: [T, 2 * len(inv_freq)], dtype"""
+    angle = positions.float()[:, None] * inv_freq.float()  # fp32: positions reach 262,144
+    angle = torch.cat([angle, angle], dim=-1)               # rotate-half: dims i and i + r/2
+    return angle.cos().to(dtype), angle.sin().to(dtype)     # cast at the last step
+# --8<-- [end:ch04_cos_sin]
 
 
 # --8<-- [start:ch05_expand_kv]
 def expand_kv(k, n_head):
-    """[B, n_kv, T, hd] -> [B, n_head, T, hd]: each kv head copied for its group of query heads."""
+    """[B, n_kv, T, hd] -> [B, n_head, T, hd]"""
     return k.repeat_interleave(n_head // k.shape[1], dim=1)
 # --8<-- [end:ch05_expand_kv]
 
 
 # --8<-- [start:ch05_split]
 def split_query_gate(y, n_head, head_dim):
-    """q_proj's output, per head [query | gate] -> q [B, T, nh, hd], gate [B, T, nh * hd]."""
+    """[B, T, nh * 2hd] (per head: query | gate) -> q [B, T, nh, hd], gate [B, T, nh * hd]"""
     B, T, _ = y.shape
     q, gate = y.view(B, T, n_head, 2 * head_dim).chunk(2, dim=-1)
     return q, gate.reshape(B, T, n_head * head_dim)
 # --8<-- [end:ch05_split]
 
 
+# --8<-- [start:ch05_causal_mask]
+def causal_mask(T, S):
+    """-> bool [T, S]"""
+    # query i is token S - T + i of the whole sequence: it sees keys 0 .. S - T + i
+    return torch.ones(T, S, dtype=torch.bool).tril(S - T)
+# --8<-- [end:ch05_causal_mask]
+
+
 # --8<-- [start:ch06_delta_step]
 def delta_step(S, k, v, alpha, beta):
-    """One token of the gated delta rule for one head: S [dk, dv], k [dk], v [dv]."""
+    """S [dk, dv], k [dk], v [dv] -> S'"""
     S = alpha * S                                           # forget
     pred = S.T @ k                                          # what the memory returns for k
     u = beta * (v - pred)                                   # write only the error
@@ -118,7 +126,7 @@ def delta_step(S, k, v, alpha, beta):
 
 # --8<-- [start:ch06_gates]
 def gates(a, b, A_log, dt_bias):
-    """The log decay g (fp32, <= 0) and the write strength beta, per token and head."""
+    """-> g (fp32, <= 0), beta (0..1)"""
     g = -A_log.float().exp() * F.softplus(a.float() + dt_bias)
     beta = b.sigmoid().float()                      # the sigmoid in the input's dtype, then fp32
     return g, beta
@@ -127,7 +135,7 @@ def gates(a, b, A_log, dt_bias):
 
 # --8<-- [start:ch07_decay_matrix]
 def decay_matrix(g):
-    """Gamma[i, j] = exp(gamma_i - gamma_j) for j <= i, else 0; gamma is the running sum of g."""
+    """Gamma[i, j] = exp(gamma_i - gamma_j) (j <= i), 0 (j > i); gamma = cumsum(g)"""
     gamma = g.cumsum(-1)
     diff = gamma[:, None] - gamma[None, :]
     causal = torch.ones(len(g), len(g), dtype=torch.bool).tril()
@@ -137,7 +145,7 @@ def decay_matrix(g):
 
 # --8<-- [start:ch07_prefill_then_decode]
 def prefill_then_decode(q, k, v, g, beta, cut):
-    """Chunked over tokens [0, cut), then the recurrence one token at a time from that state."""
+    """[0, cut): chunk_gated_delta_rule; [cut, T): recurrent_gated_delta_rule, T = 1 per call"""
     o_first, S = chunk_gated_delta_rule(q[:, :, :cut], k[:, :, :cut], v[:, :, :cut],
                                         g[:, :, :cut], beta[:, :, :cut])
     outs = [o_first]
@@ -151,21 +159,21 @@ def prefill_then_decode(q, k, v, g, beta, cut):
 
 # --8<-- [start:ch08_swiglu]
 def swiglu(x, W_gate, W_up, W_down):
-    """down(silu(gate(x)) * up(x)) with [out, in] weights."""
+    """down(silu(gate(x)) * up(x)), W: [out, in]"""
     return (F.silu(x @ W_gate.T) * (x @ W_up.T)) @ W_down.T
 # --8<-- [end:ch08_swiglu]
 
 
 # --8<-- [start:ch08_matching_width]
 def matching_width(d, classic_width):
-    """Three d x f matrices hold as much as two d x classic_width ones: 3 d f = 2 d c."""
+    """3·d·f = 2·d·c"""
     return 2 * classic_width / 3
 # --8<-- [end:ch08_matching_width]
 
 
 # --8<-- [start:ch09_decoder_layer]
 def decoder_layer(x, norm1, mixer, norm2, mlp):
-    """Two pre-norm residual branches."""
+    """pre-norm: h = x + mixer(norm1(x)); h + mlp(norm2(h))"""
     h = x + mixer(norm1(x))
     return h + mlp(norm2(h))
 # --8<-- [end:ch09_decoder_layer]
@@ -174,7 +182,7 @@ def decoder_layer(x, norm1, mixer, norm2, mlp):
 # --8<-- [start:ch09_logit_lens]
 @torch.no_grad()
 def logit_lens(model, ids):
-    """Per layer: the probability of the model's final prediction if the model ended there."""
+    """-> [layers]"""
     cos, sin = model.rotary_emb(torch.arange(ids.shape[1]))
     x, logits = model.embed_tokens(ids), []
     for layer in model.layers:
@@ -188,7 +196,7 @@ def logit_lens(model, ids):
 
 # --8<-- [start:ch10_stored_form]
 def stored_form(text):
-    """The string tokenizer.json stores for text: one printable character per UTF-8 byte."""
+    """UTF-8 bytes -> bytes_to_unicode()"""
     table = bytes_to_unicode()
     return "".join(table[b] for b in text.encode("utf-8"))
 # --8<-- [end:ch10_stored_form]
@@ -196,7 +204,7 @@ def stored_form(text):
 
 # --8<-- [start:ch10_bpe]
 def bpe(piece, ranks):
-    """Merge the neighbouring pair with the lowest rank until no pair is in the vocabulary."""
+    """最低排名的相邻对先合并 / the lowest-ranked neighbouring pair merges first"""
     parts = [bytes([b]) for b in piece]
     while len(parts) > 1:
         pairs = [(ranks.get(a + b, math.inf), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
@@ -210,7 +218,7 @@ def bpe(piece, ranks):
 
 # --8<-- [start:ch11_top_p]
 def top_p_keep(probs, p):
-    """Keep a token while the likelier ones before it add up to less than p."""
+    """probs: sorted, likeliest first -> bool mask"""
     return probs.cumsum(0) - probs < p
 # --8<-- [end:ch11_top_p]
 
@@ -218,7 +226,7 @@ def top_p_keep(probs, p):
 # --8<-- [start:ch11_cached_greedy]
 @torch.no_grad()
 def greedy(model, ids, n):
-    """n greedy tokens: the prompt once into the cache, then each new token once."""
+    """Cache: the prompt in one call, then one token per call"""
     cache = Cache(model.cfg)
     x, out = torch.tensor([ids]), []
     for _ in range(n):
@@ -229,10 +237,20 @@ def greedy(model, ids, n):
 # --8<-- [end:ch11_cached_greedy]
 
 
+# --8<-- [start:ch11_repetition]
+def repetition_penalty(logits, seen, r):
+    """seen: token ids (repeats allowed) -> new logits"""
+    logits = logits.clone()                                 # the caller's scores stay
+    idx = torch.tensor(sorted(set(seen)), dtype=torch.long) # once per token
+    s = logits[idx]
+    logits[idx] = torch.where(s > 0, s / r, s * r)          # negative: multiply, or it gains
+    return logits
+# --8<-- [end:ch11_repetition]
+
+
 # --8<-- [start:ch12_render]
 def render(messages, thinking=False):
-    """ChatML turns, then the opened assistant turn, with an empty think block when thinking is
-    off."""
+    """ChatML + <|im_start|>assistant\n (+ <think>\n\n</think>\n\n when thinking is off)"""
     text = ""
     for m in messages:
         content = strip_thinking(m["content"]) if m["role"] == "assistant" else m["content"]
@@ -244,7 +262,7 @@ def render(messages, thinking=False):
 
 # --8<-- [start:ch12_reusable]
 def reusable_prefix(read, prompt):
-    """How many leading items the two sequences share."""
+    """len(common prefix)"""
     n = 0
     for a, b in zip(read, prompt):
         if a != b:
@@ -256,8 +274,7 @@ def reusable_prefix(read, prompt):
 
 # --8<-- [start:ch13_decode_ceiling]
 def decode_ceiling(params, bytes_per_weight, gb_per_s, gflop_per_s, batch):
-    """Tokens per second of `batch` sequences: one read of the weights serves them all, up to the
-    arithmetic's limit of 2 FLOP per weight per sequence."""
+    """tokens/s = min(batch · bandwidth / bytes, peak / (2 · params))"""
     by_bytes = batch * gb_per_s * 1e9 / (params * bytes_per_weight)
     by_flops = gflop_per_s * 1e9 / (2 * params)
     return min(by_bytes, by_flops)
@@ -266,15 +283,14 @@ def decode_ceiling(params, bytes_per_weight, gb_per_s, gflop_per_s, batch):
 
 # --8<-- [start:ch13_ridge_batch]
 def ridge_batch(bytes_per_weight, gb_per_s, gflop_per_s):
-    """B sequences do 2 B FLOP per weight read: the two limits meet where
-    2 B / bytes = peak / bandwidth."""
+    """2 · B / bytes_per_weight = peak / bandwidth"""
     return gflop_per_s * bytes_per_weight / (2 * gb_per_s)
 # --8<-- [end:ch13_ridge_batch]
 
 
 # --8<-- [start:ch14_copies]
 def copies():
-    """For each expression, True when it copies the data of w (a contiguous bf16 [4, 6] tensor)."""
+    """w: contiguous bf16 [4, 6]; True = copies"""
     return {
         "w.to(torch.bfloat16)": False,      # already bf16: .to returns w itself
         "w.to(torch.float32)": True,        # another dtype: new bytes
@@ -291,7 +307,7 @@ def copies():
 
 # --8<-- [start:ch14_join]
 def join(weights):
-    """Rows in storage order; a view when each tensor ends where the next begins, else a copy."""
+    """首尾相接时是视图，否则复制 / a view when back to back, else a copy"""
     ts = sorted(weights.items(), key=lambda kv: kv[1].data_ptr())
     names = [n for n, _ in ts]
     adjacent = all(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
@@ -307,7 +323,7 @@ def join(weights):
 
 # --8<-- [start:ch15_grown_capacity]
 def grown_capacity(capacity, needed):
-    """The rule of RoomyKVCache (chapter 15): at least double, and at least what is needed."""
+    """RoomyKVCache: max(needed, 2 · capacity)"""
     if needed <= capacity:
         return capacity
     return max(needed, 2 * capacity)
@@ -316,14 +332,14 @@ def grown_capacity(capacity, needed):
 
 # --8<-- [start:ch15_conv_state]
 def conv_state(window, k):
-    """The last k inputs, cloned: a slice alone would keep the whole window alive."""
+    """window[..., -k:], in storage of its own"""
     return window[..., -k:].clone()
 # --8<-- [end:ch15_conv_state]
 
 
 # --8<-- [start:ch16_quantize]
 def quantize(w):
-    """Per-row scale: the row's largest |w| maps to 127."""
+    """scale = max|w_row| / 127"""
     scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scale
@@ -332,14 +348,14 @@ def quantize(w):
 
 # --8<-- [start:ch16_head_saving]
 def head_saving(params, head, bytes_before, bytes_after):
-    """The head's bytes saved, out of all the bytes one decode step read before."""
+    """saved bytes / bytes read before"""
     return head * (bytes_before - bytes_after) / (params * bytes_before)
 # --8<-- [end:ch16_head_saving]
 
 
 # --8<-- [start:ch16_round_activations]
 def round_activations(x):
-    """One step and one whole zero point for the vector; 128 levels (7 bits), as fbgemm uses."""
+    """x ≈ step · (u - zero), u in 0..127 (7 bits, as fbgemm)"""
     lo, hi = x.min().clamp(max=0), x.max().clamp(min=0)
     step = ((hi - lo) / 127).clamp(min=1e-12)
     zero = torch.round(-lo / step)
