@@ -17,7 +17,8 @@ def cross_entropy(logits, targets, ignore_index=IGNORE):
     """Mean of -log softmax(logits)[target] over the targets that are not ignore_index.
     logits [N, vocab], targets [N] (int64)."""
     check_targets(logits, targets, ignore_index)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16: sum e^z in fp32
+    if logits.dtype != torch.float64:
+        logits = logits.float()                           # bf16 logits: sum e^z in fp32
     keep = targets != ignore_index
     safe = targets.masked_fill(~keep, 0)                  # any valid row: its loss is dropped below
     picked = logits.gather(-1, safe[:, None])[:, 0]       # the logit of the right token [N]

@@ -27,16 +27,16 @@ if is_tiny(path):
 
 # --8<-- [start:shift]
 prompt, answer = "The capital of France is", " Paris."
-ids = torch.tensor([tok.encode(prompt + answer).ids])                  # [1, T]
-mask = torch.arange(ids.shape[1]) >= len(tok.encode(prompt).ids)       # score the answer only
+ids = torch.tensor([tok.encode(prompt + answer).ids])                 # [1, T]
+mask = torch.arange(ids.shape[1]) >= len(tok.encode(prompt).ids)      # the answer only
 targets = next_token_targets(ids, mask[None])
 print("position  reads       predicts")
 for t in range(ids.shape[1]):
     want = "-" if targets[0, t] == IGNORE else repr(tok.decode([targets[0, t].item()]))
     print(f"{t:8}  {tok.decode([ids[0, t].item()])!r:11} {want}")
-logits = model(ids)                                                    # [1, T, vocab]
+logits = model(ids)                                                   # [1, T, vocab]
 ours = next_token_loss(logits, ids, mask[None])
-theirs = F.cross_entropy(logits[0], targets[0], ignore_index=IGNORE)   # torch's, same targets
+theirs = F.cross_entropy(logits[0], targets[0], ignore_index=IGNORE)  # torch's
 print(f"loss over the answer's {int((targets != IGNORE).sum())} tokens: ours {ours:.4f}, "
       f"torch's {theirs:.4f}")
 # --8<-- [end:shift]
@@ -45,16 +45,16 @@ print("every token scored, the prompt too:", f"{next_token_loss(logits, ids):.4f
 
 # --8<-- [start:uniform]
 texts, credit = load_prose()
-held_out = tok.encode(texts[-1]).ids[:2048]          # the corpus' last text: a fixed held-out slice
+held_out = tok.encode(texts[-1]).ids[:2048]                           # the corpus' last text
 window = 512
-z = model(torch.tensor([held_out[:window + 1]]))[0, :-1]              # [512, vocab] logits
+z = model(torch.tensor([held_out[:window + 1]]))[0, :-1]              # [512, vocab]
 y = torch.tensor(held_out[1:window + 1])
-uniform = torch.zeros(window, V, dtype=torch.float64)                 # every token 1 / V
+uniform = torch.zeros(8, V, dtype=torch.float64)                      # each token 1 / V
 print(f"\nuniform guess over {V:,} tokens: loss ln V = {math.log(V):.3f}, "
-      f"perplexity {math.exp(cross_entropy(uniform, y)):,.0f}")
+      f"perplexity {math.exp(cross_entropy(uniform, y[:8])):,.0f}")
 print(f"the model's logits: std {z.std():.2f}; loss {cross_entropy(z, y):.3f} "
       f"on the first {window} tokens")
-scales = [i / 10 for i in range(0, 21, 2)]                             # logits * s: 0 is uniform
+scales = [i / 10 for i in range(0, 21, 2)]                            # s = 0 is uniform
 curve = [math.exp(cross_entropy(z[:256] * s, y[:256])) for s in scales]
 # --8<-- [end:uniform]
 best = min(range(len(scales)), key=curve.__getitem__)
@@ -68,7 +68,7 @@ print(f"\nheld-out text: {len(held_out):,} tokens, read in windows of {window}; 
 print(f"fp32: loss {math.log(ppl):.3f}, perplexity {ppl:.4g}")
 # --8<-- [end:held_out]
 print("corpus:", credit)
-pairs = sft_data.load(("chinese",))["held_out"]                # chapter 20's held-out questions
+pairs = sft_data.load(("chinese",))["held_out"]                # chapter 20's held-out split
 zh = tok.encode("\n".join(f"{q}\n{a}" for q, a, _ in pairs)).ids
 ppl_zh, n_zh = perplexity(model, zh, window=window)
 print(f"Chinese: {len(pairs)} held-out chat pairs, {len(zh):,} tokens; fp32: loss "
@@ -82,9 +82,14 @@ record(vocab=f"{V:,}", ln_vocab=f"{math.log(V):.3f}", held_out_tokens=f"{len(hel
 # --8<-- [start:variants]
 plain = [s for s in fast.STEPS if s != "packed weights"]       # as in chapter 16
 bf16 = torch.bfloat16
+
+
+def made(quantize):                                             # chapter 16's made(), fp32 act
+    return fast.from_pretrained(path, bf16, steps=plain, activations="fp32", quantize=quantize)
+
+
 variants = {"bf16": lambda: from_pretrained(path, bf16),
-            "int8": lambda: fast.from_pretrained(path, bf16, steps=plain, quantize="int8"),
-            "int4": lambda: fast.from_pretrained(path, bf16, steps=plain, quantize="int4")}
+            "int8": lambda: made("int8"), "int4": lambda: made("int4")}
 got = {name: perplexity(make(), held_out, window)[0] for name, make in variants.items()}
 
 
@@ -104,7 +109,7 @@ steps = {"fp32": math.exp(cross_entropy(z, y))}
 for kind in ("int8", "w8a8"):
     if kind == "w8a8" and "fbgemm" not in torch.backends.quantized.supported_engines:
         continue
-    steps[kind] = in_steps(fast.from_pretrained(path, bf16, steps=plain, quantize=kind), first)
+    steps[kind] = in_steps(made(kind), first)
 # --8<-- [end:variants]
 print(f"\nthe whole held-out text    {'perplexity':>12}{'loss':>9}{'vs fp32':>10}")
 print(f"{'fp32':27}{ppl:>12.4g}{math.log(ppl):>9.3f}{'':>10}")

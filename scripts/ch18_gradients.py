@@ -29,7 +29,7 @@ try:
 except RuntimeError as e:
     print("from_pretrained, then backward:", e)
 try:
-    trainable(fast.from_pretrained(path, quantize="int8"))
+    trainable(fast.from_pretrained(path, quantize="int8", activations="fp32"))
 except ValueError as e:
     print("trainable(int8 model):", e)
 # --8<-- [end:frozen]
