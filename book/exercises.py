@@ -696,6 +696,63 @@ def check_ch06_gates(gates):
     return problems
 
 
+@exercise("6.3")
+def check_ch06_conv_step(conv_step):
+    """conv_step(past, x, weight) -> (y, new_past): the depthwise causal conv of one call, past
+    [C, K-1] the inputs kept from before, x [C, T] the new inputs, weight [C, K]; new_past the K-1
+    inputs the next call needs."""
+    gen = torch.Generator().manual_seed(63)
+    C, K = 5, 4
+    weight = torch.randn(C, K, generator=gen)
+    past = torch.zeros(C, K - 1)
+    stream = torch.randn(C, 9, generator=gen)
+    problems, at = [], 0
+    for T in (4, 1, 2, 1, 1):  # a prompt, then decode steps and a short chunk
+        x = stream[:, at : at + T]
+        window = torch.cat([past, x], dim=-1)
+        y_want = F.conv1d(window[None], weight[:, None, :], groups=C)[0]
+        keep = window[:, -(K - 1) :]
+        y, new_past = (torch.as_tensor(t) for t in conv_step(past.clone(), x.clone(), weight))
+        shape = _shape_problem(y, y_want, "y") or _shape_problem(new_past, keep, "new_past")
+        if shape:
+            return [shape]
+        where = _t(f"第 {at} 到 {at + T - 1} 个 token", f"tokens {at} to {at + T - 1}")
+        if not _close(y, y_want, atol=1e-5):
+            problems.append(_t(f"{where}：卷积输出不对", f"{where}: wrong conv output"))
+            alone = F.conv1d(F.pad(x, (K - 1, 0))[None], weight[:, None, :], groups=C)[0]
+            if at and _close(y, alone, atol=1e-5):
+                problems.append(
+                    _t(
+                        "这一次的开头当成了全零：要把上次留下的输入接在前面",
+                        "this call starts from zeros: put the inputs kept from the call before "
+                        "in front",
+                    )
+                )
+            return problems
+        if not _close(new_past, keep, atol=1e-6):
+            problems.append(
+                _t(f"{where}：留给下一次的列不对", f"{where}: wrong columns kept for the next call")
+            )
+            if T >= K - 1 and _close(new_past, y[:, -(K - 1) :], atol=1e-6):
+                problems.append(
+                    _t(
+                        "留下的是卷积之后的输出；下一次卷积要的是卷积之前的输入",
+                        "that keeps the conv's outputs; the next call's conv needs its inputs",
+                    )
+                )
+            elif T < K - 1:
+                problems.append(
+                    _t(
+                        f"这次只读了 {T} 个 token，不够 {K - 1} 列：还要带上之前留下的",
+                        f"this call read only {T} token(s), fewer than {K - 1}: the kept columns "
+                        "still count",
+                    )
+                )
+            return problems
+        past, at = new_past, at + T
+    return problems
+
+
 # ---------------------------------------------------------------------------------------- chapter 7
 @exercise("7.1")
 def check_ch07_decay_matrix(decay_matrix):
@@ -1300,6 +1357,56 @@ def check_ch12_reusable(reusable_prefix):
                 f"shares only the first {n}; what it read next was {read[n : n + 20]!r}",
             )
         )
+    return problems
+
+
+def _decodes(data):
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@exercise("12.3")
+def check_ch12_printable(printable):
+    """printable(pending) -> (text, rest): the text of the complete UTF-8 characters at the start of
+    the bytes `pending`, and the bytes of a last character still cut off."""
+    pieces = ["Hi ", "今天", "🙂!", "é"]
+    data = "".join(pieces).encode("utf-8")
+    problems = []
+    for cut in range(len(data) + 1):  # every place a token boundary could fall
+        text, rest = printable(data[:cut])
+        head = data[:cut]
+        n = next(n for n in range(4) if _decodes(head[: len(head) - n]))
+        want_text = head[: len(head) - n].decode("utf-8")
+        want_rest = head[len(want_text.encode("utf-8")) :]
+        if (text, bytes(rest)) != (want_text, want_rest):
+            problems.append(
+                _t(
+                    f"{head!r} -> ({text!r}, {bytes(rest)!r})，应为 ({want_text!r}, {want_rest!r})",
+                    f"{head!r} -> ({text!r}, {bytes(rest)!r}), should be ({want_text!r}, "
+                    f"{want_rest!r})",
+                )
+            )
+            if "\ufffd" in text:
+                problems.insert(
+                    0,
+                    _t(
+                        "打印出了 �：被切开的字符要留到下一次，不能替换掉",
+                        "that prints �: hold a cut character back, do not replace it",
+                    ),
+                )
+            elif len(text.encode("utf-8")) + len(bytes(rest)) < cut:
+                problems.insert(
+                    0,
+                    _t(
+                        "有字节丢了：被切开的字符留在 rest 里，等下一个 token 把它补全",
+                        "bytes went missing: keep the cut character in rest until the next token "
+                        "completes it",
+                    ),
+                )
+            return problems
     return problems
 
 

@@ -154,7 +154,7 @@ def test_page_placeholders_say_not_solved_and_solutions_pass(page, lang="en"):
 def test_the_chinese_placeholders_give_their_hints_in_chinese(page):
     """The same code in both editions, the hint and the verdict in the page's language."""
     if page >= "17":
-        pytest.skip("chapters 17 to 21 are checked with their own stage")
+        pytest.skip("bilingual hints are required of chapters 1 to 16")
     for code in blocks("zh", page)[0]:
         _, printed = run_block(code)
         assert "还没做" in printed, printed
@@ -614,6 +614,27 @@ CASES = [
         False,
     ),
     (
+        "06-deltanet.md",
+        ex.check_ch06_conv_step,
+        sol.conv_step,
+        [
+            # the conv's outputs kept instead of its inputs
+            lambda past, x, w: (lambda y: (y, torch.cat([past, y], -1)[:, -3:]))(
+                sol.conv_step(past, x, w)[0]
+            ),
+            # only this call's inputs kept: too few after a short call
+            lambda past, x, w: (sol.conv_step(past, x, w)[0], F.pad(x, (3, 0))[:, -3:]),
+            # each call padded with zeros, the kept inputs unused
+            lambda past, x, w: (
+                sol.conv_step(torch.zeros_like(past), x, w)[0],
+                torch.cat([past, x], -1)[:, -3:],
+            ),
+            # the first K - 1 columns kept, not the last
+            lambda past, x, w: (sol.conv_step(past, x, w)[0], torch.cat([past, x], -1)[:, :3]),
+        ],
+        False,
+    ),
+    (
         "07-chunked.md",
         ex.check_ch07_decay_matrix,
         sol.decay_matrix,
@@ -768,6 +789,23 @@ CASES = [
             lambda a, b: len(a) if b[: len(a)] == a else 0,  # all or nothing
             lambda a, b: sum(x == y for x, y in zip(a, b)),  # counts matches past the first miss
             lambda a, b: min(len(a), len(b)),
+        ],
+        False,
+    ),
+    (
+        "12-chat.md",
+        ex.check_ch12_printable,
+        sol.printable,
+        [
+            lambda b: (b.decode("utf-8", errors="replace"), b""),  # prints �
+            lambda b: (b.decode("utf-8", errors="ignore"), b""),  # drops the cut bytes
+            lambda b: (sol.printable(b)[0], b""),  # holds nothing back
+            # holds back one byte only
+            lambda b: (
+                (b[:-1].decode("utf-8", errors="ignore"), b[-1:])
+                if b and b[-1] >= 0x80
+                else (b.decode("utf-8"), b"")
+            ),
         ],
         False,
     ),

@@ -133,6 +133,15 @@ def gates(a, b, A_log, dt_bias):
 # --8<-- [end:ch06_gates]
 
 
+# --8<-- [start:ch06_conv_step]
+def conv_step(past, x, weight):
+    """past [C, K-1], x [C, T], weight [C, K] -> y [C, T], new_past [C, K-1]"""
+    window = torch.cat([past, x], dim=-1)                   # the kept inputs first: no padding
+    y = F.conv1d(window[None], weight[:, None, :], groups=x.shape[0])[0]
+    return y, window[:, -(weight.shape[1] - 1):].clone()    # inputs, not outputs: pre-conv
+# --8<-- [end:ch06_conv_step]
+
+
 # --8<-- [start:ch07_decay_matrix]
 def decay_matrix(g):
     """Gamma[i, j] = exp(gamma_i - gamma_j) (j <= i), 0 (j > i); gamma = cumsum(g)"""
@@ -270,6 +279,18 @@ def reusable_prefix(read, prompt):
         n += 1
     return n
 # --8<-- [end:ch12_reusable]
+
+
+# --8<-- [start:ch12_printable]
+def printable(pending):
+    """bytes -> (text, rest)"""
+    for n in range(4):                                      # a UTF-8 character is 1 to 4 bytes
+        try:
+            return pending[:len(pending) - n].decode("utf-8"), pending[len(pending) - n:]
+        except UnicodeDecodeError:                          # cut inside the last character
+            continue
+    raise ValueError(f"not UTF-8: {pending[-4:]!r}")
+# --8<-- [end:ch12_printable]
 
 
 # --8<-- [start:ch13_decode_ceiling]
