@@ -2,8 +2,9 @@
 
 A check calls the reader's function on small cases it builds itself, prints one verdict line in the
 page's language (`lang="zh"` or `"en"`) and returns True or False. It never raises: a TODO left in
-place says "not solved yet", any other error becomes "not right yet" with the error's message. The
-worked solutions are in book/solutions/chapters.py."""
+place says "not solved yet" with its hint in the page's language
+(`TODO("中文提示", "English hint")`; a single hint serves both), any other error becomes "not right
+yet" with the error's message. The worked solutions are in book/solutions/chapters.py."""
 
 import functools
 import math
