@@ -104,6 +104,24 @@ class CheckpointedLayer(DecoderLayer):
 # --8<-- [end:checkpointed]
 
 
+# --8<-- [start:chunked_loss]
+def chunked_cross_entropy(h, head, targets, chunk=1024, ignore_index=IGNORE):
+    """cross_entropy(head(h), targets) for h [N, dim], made `chunk` rows at a time and made again
+    in the backward: the [N, vocab] logits are never kept whole, only h is."""
+    n = (targets != ignore_index).sum()
+    total = 0.0
+    for a in range(0, len(h), chunk):
+        t = targets[a:a + chunk]
+        m = (t != ignore_index).sum()
+        if m > 0:                                       # a chunk of ignored targets adds nothing
+            total = total + checkpoint(lambda x, t=t: cross_entropy(head(x), t, ignore_index),
+                                       h[a:a + chunk], use_reentrant=False) * m
+    if n == 0:
+        raise ValueError(f"no target to score: every target is ignore_index ({ignore_index})")
+    return total / n
+# --8<-- [end:chunked_loss]
+
+
 # --8<-- [start:trainable]
 def trainable(model, checkpointing=False):
     """The model, ready to be trained: every parameter takes a gradient, and train() mode (which

@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from book.out import record, save_figure
 from book.tiny import is_tiny
-from qwen import fast
+from qwen import fast, train
 from qwen.embedding import LMHead
 from qwen.model import DecoderLayer, from_pretrained
 from qwen.norm import RMSNorm
@@ -136,14 +136,18 @@ def kept_by_group(layers, T):
     return kept
 
 
-def kept_by_head(T=64):
-    """The final norm, the 248,320-row head and the loss at 0.8B's width, per token."""
+def kept_by_head(T=64, chunk=None):
+    """The final norm, the 248,320-row head and the loss at 0.8B's width, per token; with chunk,
+    the loss of chunked_cross_entropy, which keeps no logits."""
     norm, head = RMSNorm(cfg.hidden_size), LMHead(torch.nn.Parameter(
         torch.zeros(cfg.vocab_size, cfg.hidden_size)))
     x = torch.randn(1, T, cfg.hidden_size, requires_grad=True)
     y = torch.randint(0, cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(0))
     with SavedBytes(torch.nn.ModuleList([norm, head])) as kept:
-        next_token_loss(head(norm(x)), y)
+        if chunk is None:
+            next_token_loss(head(norm(x)), y)
+        else:
+            train.chunked_cross_entropy(norm(x)[0, :-1], head, y[0, 1:], chunk)   # shifted by hand
     return kept.bytes // T
 # --8<-- [end:group]
 
@@ -153,17 +157,18 @@ big = {"plain": [kept_by_group(group, T) for T in short]}
 for layer in group:
     fast.swap(layer, CheckpointedLayer)              # what trainable(checkpointing=True) does
 big["checkpointed"] = [kept_by_group(group, T) for T in short]
-head = kept_by_head()
+head, head_chunked = kept_by_head(), kept_by_head(chunk=16)
 groups = len(cfg.layer_types) // 4
 print(f"\n0.8B's widths: one group (3 DeltaNet + 1 attention layers, random weights) measured, "
       f"x {groups}; the head and loss measured at T = 64: {head:,} bytes per token")
 print(f"{'T':>5}{'group plain':>13}{'DeltaNet':>9}{'attention':>10}{'0.8B plain':>15}"
       f"{'0.8B ckpt':>13}{'logits of them':>16}")
-est = {"plain": [], "checkpointed": []}
+est = {"plain": [], "checkpointed": [], "chunked": []}
 for i, T in enumerate(short):
     g = big["plain"][i]
-    for name in est:
+    for name in ("plain", "checkpointed"):
         est[name].append(groups * big[name][i].bytes + head * T)
+    est["chunked"].append(groups * big["checkpointed"][i].bytes + head_chunked * T)
     logits = T * cfg.vocab_size * 4
     print(f"{T:>5}{g.bytes:>13,}{g.parts['DeltaNet'] / g.bytes:>9.0%}"
           f"{g.parts['attention'] / g.bytes:>10.0%}{est['plain'][-1]:>15,}"
@@ -171,6 +176,9 @@ for i, T in enumerate(short):
           f"{logits / est['plain'][-1]:>8.0%}, {logits / est['checkpointed'][-1]:.0%}")
 print(f"per token at T = {short[-1]}: plain {est['plain'][-1] / short[-1] / 2**20:.2f} MiB, "
       f"checkpointed {est['checkpointed'][-1] / short[-1] / 2**20:.2f} MiB")
+print(f"the loss in chunks (chunked_cross_entropy): the head and loss keep {head_chunked:,} "
+      f"bytes per token; with checkpointing, {est['chunked'][-1] / short[-1] / 2**20:.2f} MiB "
+      f"per token, {est['chunked'][-1] / 2**30:.2f} GiB at T = {short[-1]}")
 g = big["plain"][-1]
 print(f"the largest tensors one group keeps at T = {short[-1]} (shape, dtype: bytes):")
 for (shape, dtype), b in g.shapes.most_common(6):
@@ -182,6 +190,7 @@ record(layers=L, vocab=f"{V:,}", extra_flops=f"{extra:+.1%}", same=str(same),
        head_per_token=f"{head:,}", groups=groups,
        big_plain_512=f"{est['plain'][-1] / 2**30:.2f}",
        big_ckpt_512=f"{est['checkpointed'][-1] / 2**30:.2f}",
+       big_chunked_512=f"{est['chunked'][-1] / 2**30:.2f}", head_chunked=f"{head_chunked:,}",
        group_512=f"{g.bytes:,}", deltanet_share=f"{g.parts['DeltaNet'] / g.bytes:.0%}",
        logits_share_plain=f"{short[-1] * cfg.vocab_size * 4 / est['plain'][-1]:.0%}",
        logits_share_ckpt=f"{short[-1] * cfg.vocab_size * 4 / est['checkpointed'][-1]:.0%}")
@@ -197,6 +206,9 @@ def draw(t):
         ax.plot(xs, [v / scale for v in data["plain"]], marker="o", label=t("不做检查点", "plain"))
         ax.plot(xs, [v / scale for v in data["checkpointed"]], marker="o",
                 label=t("激活检查点", "checkpointing"))
+        if "chunked" in data:
+            ax.plot(xs, [v / scale for v in data["chunked"]], marker="o",
+                    label=t("检查点 + 分块损失", "checkpointing + chunked loss"))
         ax.plot(xs, [T * V * 4 / scale for T in xs], ls="--", color="gray",
                 label=t("其中 logits（fp32）", "of which the logits (fp32)"))
         ax.set_xlabel(t("序列长度 T（词元）", "sequence length T (tokens)"))

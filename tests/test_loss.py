@@ -66,3 +66,29 @@ def test_checkpointed_layers_keep_their_inputs_and_nothing_inside():
     inputs = len(cfg.layer_types) * T * cfg.hidden_size * 4 + 2 * T * rotary * 4  # + cos, sin
     assert kept(True) == kept(True, layers=False) + inputs
     assert kept(False) > 10 * kept(True)
+
+
+def test_the_chunked_loss_equals_the_whole_one_and_keeps_no_logits():
+    from qwen.embedding import LMHead
+    from qwen.train import chunked_cross_entropy
+
+    gen = torch.Generator().manual_seed(0)
+    W = torch.nn.Parameter(torch.randn(1000, 16, generator=gen))
+    head = LMHead(W)
+    y = torch.randint(0, 1000, (70,), generator=gen)
+    y[:30] = IGNORE  # the first chunk of 25 scores nothing, the second only part
+    grads = []
+    for chunked in (False, True):
+        h = torch.randn(70, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        W.grad = None
+        with SavedBytes(head) as saved:
+            if chunked:
+                loss = chunked_cross_entropy(h, head, y, chunk=25)
+            else:
+                loss = cross_entropy(head(h), y)
+        loss.backward()
+        grads.append((loss.detach(), h.grad, W.grad.clone(), saved.bytes))
+    (l1, h1, w1, b1), (l2, h2, w2, b2) = grads
+    assert torch.allclose(l1, l2) and torch.allclose(h1, h2, atol=1e-6)
+    assert torch.allclose(w1, w2, atol=1e-5)
+    assert b2 < 70 * 16 * 4 * 2 < b1  # h and a few scalars, not [70, 1000] logits
