@@ -16,6 +16,7 @@ from qwen.rope import RotaryEmbedding
 from qwen.train import CheckpointedLayer, SavedBytes, next_token_loss, trainable
 from qwen.weights import Config, find_model
 
+torch.set_grad_enabled(True)              # the chapters before turn autograd off; training needs it
 torch.manual_seed(0)
 path = find_model()
 if is_tiny(path):
