@@ -165,6 +165,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.from_json:
         res = json.loads(args.from_json.read_text())
+        res = res.get("results", res)  # docs/outputs/pretrain.json holds the run under "results"
         if res["settings"] != BOOK:
             raise SystemExit(f"{args.from_json} is not a run of the book's budget: not written")
         write(res, res["text"])
@@ -280,6 +281,12 @@ def values(res):
         )
         for smp in h["samples"]:
             v[f"{key}_sample_{smp['step']}"] = PROMPTS[0] + smp["greedy"][0]
+    first = res["runs"][0]
+    v["tokens_per_param"] = f"{first['tokens'] / first['params']:.3f}"
+    v["bigram_tokens_x"] = f"{res['tokens_train'] / first['tokens']:.1f}"
+    v["chinchilla_tokens"] = f"{20 * first['params']:,}"
+    v["hybrid_minus_bigram_loss"] = f"{first['history']['val_loss'][-1] - bigram:+.3f}"
+    v["target_loss"] = f"{bigram - math.log(2):.3f}"
     a, b = (r["history"]["val_loss"][-1] for r in res["runs"])
     v["attn_minus_hybrid_loss"] = f"{b - a:+.3f}"
     v["attn_vs_hybrid_time"] = f"{res['runs'][1]['seconds'] / res['runs'][0]['seconds']:.2f}"
@@ -323,7 +330,8 @@ def draw_loss(res, t):
     )
     ax.set_xlabel(t("步数", "step"))
     ax.set_ylabel(t("损失（nat/词元）", "loss (nats per token)"))
-    ax.set_ylim(max(0, min(min(r["history"]["val_loss"]) for r in res["runs"]) - 0.5), bigram + 3)
+    low = min(bigram, *(min(r["history"]["val_loss"]) for r in res["runs"])) - 0.3
+    ax.set_ylim(low, low + 4.5)  # the first steps (near ln V) are cut off at the top
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
