@@ -58,9 +58,9 @@ scales = [i / 10 for i in range(0, 21, 2)]                            # s = 0 is
 curve = [math.exp(cross_entropy(z[:256] * s, y[:256])) for s in scales]
 # --8<-- [end:uniform]
 best = min(range(len(scales)), key=curve.__getitem__)
-print("perplexity of the first 256 with the logits scaled by s: " + ", ".join(
-    f"s={s:g}: {curve[i]:.3g}" for i, s in enumerate(scales) if i % 5 == 0)
-    + f"; lowest at s = {scales[best]:g}")
+print("perplexity of the first 256, the logits scaled by s: " + ", ".join(
+    f"s={s:g}: {curve[i]:.3g}" for i, s in enumerate(scales) if i % 5 == 0))
+print(f"lowest at s = {scales[best]:g}")
 
 # --8<-- [start:held_out]
 ppl, n = perplexity(model, held_out, window=window)
