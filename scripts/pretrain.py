@@ -287,6 +287,7 @@ def values(res):
     v["chinchilla_tokens"] = f"{20 * first['params']:,}"
     v["hybrid_minus_bigram_loss"] = f"{first['history']['val_loss'][-1] - bigram:+.3f}"
     v["target_loss"] = f"{bigram - math.log(2):.3f}"
+    v["sample_temperature"] = "0.8"  # qwen.pretrain.pretrain's samples: greedy, and at 0.8
     a, b = (r["history"]["val_loss"][-1] for r in res["runs"])
     v["attn_minus_hybrid_loss"] = f"{b - a:+.3f}"
     v["attn_vs_hybrid_time"] = f"{res['runs'][1]['seconds'] / res['runs'][0]['seconds']:.2f}"
