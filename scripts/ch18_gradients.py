@@ -113,7 +113,8 @@ lengths = [128, 256, 512, 1024]
 tiny = {name: [kept_by_model(m, T) for T in lengths]
         for name, m in (("plain", model), ("checkpointed", ckpt))}
 V = model.cfg.vocab_size
-print(f"\nbytes kept for the backward, tiny model ({L} layers); the logits alone are T x {V:,} x 4")
+name = ("the tiny test model", "微型测试模型") if is_tiny(path) else ("the model", "模型")
+print(f"\nbytes kept for the backward, {name[0]} ({L} layers); the logits alone are T x {V:,} x 4")
 print(f"{'T':>6}{'plain':>16}{'checkpointed':>16}{'head and loss':>16}{'logits':>16}")
 for i, T in enumerate(lengths):
     p, c = tiny["plain"][i], tiny["checkpointed"][i]
@@ -215,7 +216,7 @@ def draw(t):
         ax.set_xlabel(t("序列长度 T（词元）", "sequence length T (tokens)"))
         ax.set_ylabel(t(f"为反向保存的字节（{unit}）", f"bytes kept for the backward ({unit})"))
         ax.legend()
-    a.set_title(t(f"微型测试模型（{L} 层）", f"the tiny test model ({L} layers)"))
+    a.set_title(t(f"{name[1]}（{L} 层）", f"{name[0]} ({L} layers)"))
     b.set_title(t("0.8B 的宽度：一组实测 × 6，加输出头", "0.8B's widths: one group measured x 6, "
                   "plus the head"))
     fig.tight_layout()
