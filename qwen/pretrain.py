@@ -44,7 +44,8 @@ def small_config(vocab_size, layers=8, hidden=256, intermediate=512, all_attenti
 def init_weights(model, seed=0):
     """The first values, as transformers' Qwen3.5 sets them: every matrix (and the embedding, and
     the conv kernels) normal with std 0.02; the 1 + w norms at w = 0 (scale 1), the gated norm at 1;
-    DeltaNet's decay rates A spread over [1, 16] (log A stored), its dt_bias at 1."""
+    DeltaNet's dt_bias at 1 and its decay rates A uniform in [1, 16] (log A stored; transformers
+    starts at 0.01, where a head would hardly forget at first)."""
     gen = torch.Generator().manual_seed(seed)
     for name, p in model.named_parameters():               # in a fixed order: the same model
         if name.endswith("A_log"):
