@@ -35,12 +35,12 @@ from qwen.weights import parameter_budget  # noqa: E402
 # threads ran slower than one while the machine's load was 6-8)
 BOOK = {
     "vocab": 2048,
-    "steps": 300,
-    "batch": 8,
+    "steps": 720,
+    "batch": 4,
     "length": 128,
     "lr": 3e-3,
-    "eval_every": 25,
-    "sample_every": 150,
+    "eval_every": 60,
+    "sample_every": 360,
     "eval_windows": 48,
     "threads": 1,
 }
