@@ -84,7 +84,9 @@ MODEL_ZH = {
     "Qwen3.5-0.8B shapes, random bf16 weights": "Qwen3.5-0.8B 的形状，随机 bf16 权重",
     "Qwen/Qwen3.5-0.8B config.json (no weights)": "Qwen/Qwen3.5-0.8B 的 config.json（不含权重）",
     "tiny random reference models (tests/reference.py)": "微型随机参考模型（tests/reference.py）",
-    "a small Qwen3.5-architecture model trained from scratch here": "在这里从零训练的小型 Qwen3.5 结构模型",
+    "a small Qwen3.5-architecture model trained from scratch here": (
+        "在这里从零训练的小型 Qwen3.5 结构模型"
+    ),
 }
 
 
