@@ -73,8 +73,11 @@ print(f"\nLoRA r=8 on every projection: {n_lora:,} trainable parameters of {n_al
 with torch.device("meta"):                        # 0.8B's shapes, from its config: no memory
     big = Qwen(Config.load(Path("book/data/qwen3.5-0.8b")))
 big_all = sum(p.numel() for p in big.parameters())
+q_out, q_in = big.layers[3].self_attn.q_proj.weight.shape    # layer 3: attention
 big_lora = sum(p.numel() for p in add_lora(big, r=8, alpha=16).parameters() if p.requires_grad)
 print(f"the same on Qwen3.5-0.8B's shapes: {big_lora:,} of {big_all:,} ({big_lora / big_all:.3%})")
+print(f"  its q_proj [{q_out}, {q_in}]: {8 * (q_in + q_out):,} LoRA parameters "
+      f"instead of {q_in * q_out:,}")
 with torch.no_grad():
     same = (model(probe) - before).abs().max().item()
 print(f"a fresh LoRA model against the base model, largest logit difference: {same}")
@@ -145,6 +148,7 @@ for q, said in answers.items():
 
 record(lora_params=f"{n_lora:,}", all_params=f"{n_all:,}", lora_share=f"{n_lora / n_all:.3%}",
        big_lora=f"{big_lora:,}", big_all=f"{big_all:,}", big_share=f"{big_lora / big_all:.2%}",
+       q_out=q_out, q_in=q_in, q_lora=f"{8 * (q_in + q_out):,}", q_full=f"{q_in * q_out:,}",
        steps=STEPS, batch=BATCH, longest=LONGEST, peak_lr=f"{PEAK:g}",
        n_train=f"{len(data['train']):,}", n_held_out=f"{len(data['held_out']):,}",
        n_held_used=len(held), licence=sft_data.licence())
