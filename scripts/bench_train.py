@@ -339,6 +339,7 @@ def values(res):
     t = dr["transformers (torch fallback)"]
     v.update(rule_hf_ms=f"{t['seconds'] * 1e3:.0f}", rule_hf_mb=f"{t['saved_MB']:.0f}")
     if res.get("lora"):
+        v["lora_tokens"] = str(res["lora"]["T"])
         v["lora_step_s"] = f"{res['lora']['seconds']:.1f}"
         v["lora_trainable_m"] = f"{res['lora']['trainable_M']:.2f}"
     return v
@@ -346,11 +347,16 @@ def values(res):
 
 def write(res, text):
     from book import regen
+    from book.checkpoint import identify
+    from scripts.bench import RANDOM_08B
 
     prov = {
         "script": "scripts/bench_train.py",
         "model": res["model"],
         "official": False,
+        # the weights of the one checkpoint read (the LoRA step's random 0.8B); the others are
+        # seeded random weights made in the run
+        "weights_sha256": identify(RANDOM_08B).sha256,
         "torch": res["torch"],
         "python": platform.python_version(),
         "device": f"cpu ({platform.machine()}, {res['threads']} threads)",
@@ -380,7 +386,23 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: seconds, nothing written")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        help="report (and --write) the results kept in an earlier run's JSON, e.g. "
+        "docs/outputs/bench_train.json, instead of measuring",
+    )
     args = ap.parse_args(argv)
+    if args.from_json:
+        res = json.loads(args.from_json.read_text())
+        res = res.get("results", res)
+        if args.write and "smoke" in res["model"]:
+            ap.error("--write: a --smoke run is not the book's")
+        text = report(res)
+        print(text)
+        if args.write:
+            write(res, text)
+        return
     if args.write and args.smoke:
         ap.error("--write records the book's full run; a --smoke run is not written")
     if args.repeats < 1 or args.threads < 1:

@@ -44,7 +44,7 @@ print(f"\nloss {loss:.3f}; {sum(p.grad is not None for _, p in params)} of {len(
       f"parameters have a gradient, {sum(p.numel() for _, p in params):,} numbers")
 for name in ("embed_tokens.weight", "layers.0.linear_attn.A_log",
              "layers.3.self_attn.q_proj.weight", "norm.weight"):
-    print(f"  |grad| of {name:34} {dict(params)[name].grad.norm():.3e}")
+    print(f"  |grad| of {name:34} {dict(params)[name].grad.norm():.2e}")
 # --8<-- [end:backward]
 
 

@@ -108,7 +108,7 @@ losses, curve = [], [(0, None, held_out_loss())]
 def shown(key, loss):
     # fp32, but random weights amplify each CPU's rounding, and 24 optimizer steps carry it on:
     # SSE-only kernels move a loss by 2%; a reader sees it fall either way
-    return record_measured(key, f"{loss:.1f}", rel=0.05)
+    return record_measured(key, f"{loss:.1f}", rel=0.1)  # SSE-only or AVX2 kernels: 5% apart
 
 
 print(f"{0:>5}{'':>12}{shown('held_0', curve[0][2]):>15}")

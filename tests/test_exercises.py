@@ -25,7 +25,7 @@ from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
 from qwen.rope import apply_rope
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = sorted(p.name for p in (ROOT / "docs" / "en").glob("[01][0-9]-*.md"))
+CHAPTERS = sorted(p.name for p in (ROOT / "docs" / "en").glob("[0-9][0-9]-*.md"))
 HEADINGS = {
     "zh": ("## 小结", "## 练习", "## 参考文献"),
     "en": ("## Summary", "## Exercises", "## References"),

@@ -116,6 +116,10 @@ KERNEL_SCRIPTS = [
     "ch09_model",
     "ch15_decoding",
     "ch16_int8",
+    "ch17_loss",  # perplexity through bf16, int8, int4 kernels
+    "ch18_gradients",  # gradient norms of a random model
+    "ch19_backward",  # rounding-error sizes
+    "ch20_lora",  # a short training run's losses
 ]  # bf16, int8 and argmax values
 
 
@@ -404,3 +408,14 @@ def test_an_explicit_qwen_model_that_is_not_there_is_an_error_not_a_fallback(tmp
     assert proc.returncode == 1
     assert f"QWEN_MODEL={tmp_path / 'typo'} does not exist" in proc.stderr
     assert "same" not in proc.stdout  # nothing ran on another model instead
+
+
+def test_a_column_may_realign_around_a_kernel_dependent_number():
+    """A right-aligned number one digit wider moves its padding; the words and the number's
+    tolerance decide, not the spaces. A word that changes still fails."""
+    from book.compare import compare_text
+
+    tol = {"2.1e+16": (0.0, 0.04)}
+    assert compare_text("bf16      2.1e+16  x", "bf16     2.11e+16  x", tolerances=tol) == []
+    assert compare_text("bf16      2.1e+16  x", "bf16     2.11e+16  y", tolerances=tol) != []
+    assert compare_text("bf16      2.1e+16  x", "bf16     2.31e+16  x", tolerances=tol) != []

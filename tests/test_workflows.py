@@ -11,6 +11,7 @@ import yaml
 from book.checkpoint import OFFICIAL_REVISIONS
 
 ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
 # the commit each release tag points to, read from the action's own repository
@@ -161,3 +162,15 @@ def test_ci_runs_the_full_command_that_the_readme_gives():
     assert (
         'pytest -m "not slow and not browser"' in makefile.split("\ntest:", 1)[1].split("\n\n")[0]
     )
+
+
+def test_readme_counts_the_skipped_code_blocks():
+    """The README's number of skipped code blocks per edition is the pages' own count."""
+    import re
+
+    said = re.search(r"except (\d+) per edition that are marked as skipped", README.read_text())
+    assert said, "the README no longer says how many code blocks are skipped"
+    for lang in ("zh", "en"):
+        pages = [*(ROOT / "docs" / lang).glob("*.md"), *(ROOT / "docs" / lang).glob("*/*.md")]
+        n = sum(p.read_text().count("<!--pytest.mark.skip") for p in pages)
+        assert n == int(said.group(1)), f"{lang}: {n} skipped, the README says {said.group(1)}"
