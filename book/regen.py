@@ -7,6 +7,7 @@ without writing.
     python -m book.regen ch02_embedding  # only some scripts
     python -m book.regen --retime        # also refresh the measured times (which a plain run keeps)
     python -m book.regen --timeout 120   # stop a script that runs longer (seconds; default 600)
+    python -m book.regen --check --jobs 2  # two scripts at a time (--check's default: one per core)
 
 What counts as a difference is written in book/compare.py: words, labels and numbers to their
 printed precision, figures by their texts and plotted data, never the last bits of a float, so
@@ -33,7 +34,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from book import tiny
@@ -191,6 +194,19 @@ def run_script(name, model, timeout=TIMEOUT):
 
 
 SCRATCH = "regen-"  # scratch folders: regen-<script>-<pid of the regen>-<random>
+_RUNNING = set()  # process groups of the scripts running now (several with --jobs)
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running():
+    """Kill every script still running (Ctrl-C while several run at once, with --jobs)."""
+    with _RUNNING_LOCK:
+        groups = list(_RUNNING)
+    for pid in groups:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def run_group(cmd, timeout, **popen):
@@ -208,9 +224,13 @@ def run_group(cmd, timeout, **popen):
             preexec_fn=_die_with_parent,
             **popen,
         )
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc.pid)
         try:
             proc.wait(timeout=timeout)
         finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc.pid)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the group: its children too
             except (ProcessLookupError, PermissionError):  # already gone
@@ -363,7 +383,19 @@ def main(argv=None):
         metavar="S",
         help=f"stop a script that runs longer than S seconds (default {TIMEOUT})",
     )
+    ap.add_argument(
+        "--jobs",
+        type=jobs_count,
+        default=None,
+        metavar="N",
+        help="run N scripts at a time, each on one thread (default: one per core with --check, "
+        "else 1; a measured time is recorded only with 1)",
+    )
     args = ap.parse_args(argv)
+    if args.jobs is None:
+        args.jobs = available_cores() if args.check else 1
+    if args.retime and args.jobs > 1:
+        ap.error("--retime records each script's time: run it with --jobs 1 (the default)")
     docs = OUTPUTS.parent
     names = chapter_scripts(args.scripts)
     if args.check and _journals(docs, names):
@@ -383,6 +415,7 @@ def main(argv=None):
     try:
         return _run_all(args, docs, names, model)
     except KeyboardInterrupt:
+        kill_running()
         print(
             "\ninterrupted: the script running was stopped and none of its files were written; "
             "outputs already reported are complete",
@@ -391,18 +424,57 @@ def main(argv=None):
         return 130
 
 
+def available_cores():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def jobs_count(text):
+    """--jobs' value: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of scripts >= 1, not {text!r}")
+    return value
+
+
+def _runs(names, model, timeout, jobs):
+    """(name, run model, a function giving (files, provenance) or raising RuntimeError) in order;
+    with jobs > 1 the scripts run that many at a time, each on THREADS threads, and are reported in
+    order as they finish."""
+    models = {
+        n: {"diagrams": _config_model, "parity": _reference_model}.get(n, lambda: model)()
+        for n in names
+    }
+    if jobs == 1:
+        for n in names:
+            yield n, models[n], lambda n=n: run_script(n, models[n], timeout)
+        return
+    pool, futures = ThreadPoolExecutor(max_workers=min(jobs, len(names)) or 1), {}
+    try:
+        futures = {n: pool.submit(run_script, n, models[n], timeout) for n in names}
+        for n in names:
+            yield n, models[n], futures[n].result
+    finally:
+        for f in futures.values():
+            f.cancel()
+        kill_running()
+        pool.shutdown(wait=True)
+
+
 def _run_all(args, docs, names, model):
     found, failures, unverified = [], [], []
-    for name in names:
+    for name, run_model, result in _runs(names, model, args.timeout, args.jobs):
         json_path = docs / "outputs" / f"{name}.json"
         txt_path = docs / "outputs" / f"{name}.txt"
         old = json.loads(json_path.read_text()) if json_path.is_file() else None
         old_text = txt_path.read_text() if txt_path.is_file() else None
-        run_model = {"diagrams": _config_model, "parity": _reference_model}.get(
-            name, lambda: model
-        )()
         try:
-            files, prov = run_script(name, run_model, args.timeout)
+            files, prov = result()
         except RuntimeError as e:
             failures.append(name)
             print(f"FAIL  {name}\n{e}", file=sys.stderr)

@@ -308,13 +308,19 @@ def test_invalid_utf8_is_reported_and_the_other_scripts_still_run(tmp_path, monk
     assert not (docs / "outputs" / "ch97_bytes.txt").exists()
 
 
-def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path):
+@pytest.mark.parametrize("argv", [[], ["--check", "--jobs", "2"]], ids=["one", "two-at-a-time"])
+def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path, argv):
+    """Ctrl-C stops regen with one line, whether one script runs or two at once (--jobs): no
+    scratch folder and no script process is left behind."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     (tmp_path / "scripts").mkdir()
-    (tmp_path / "scripts" / "ch98_slow.py").write_text(
-        "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
-    )
+    for n in ("ch97_slow", "ch98_slow"):
+        (tmp_path / "scripts" / f"{n}.py").write_text(
+            "import os, time\n"
+            f"open({str(tmp_path / n)!r} + '.pid', 'w').write(str(os.getpid()))\n"
+            "print('started', flush=True)\ntime.sleep(60)\n"
+        )
     driver = textwrap.dedent(f"""
         import sys
         from pathlib import Path
@@ -322,7 +328,7 @@ def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path):
         regen.SCRIPTS = Path({str(tmp_path / "scripts")!r})
         regen.OUTPUTS = Path({str(tmp_path / "docs" / "outputs")!r})
         regen.EXTRA = {{}}
-        sys.exit(regen.main([]))
+        sys.exit(regen.main({argv!r}))
     """)
     proc = subprocess.Popen(
         [sys.executable, "-c", driver],
@@ -333,7 +339,8 @@ def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path):
         text=True,
     )
     deadline = time.monotonic() + 60
-    while not list(scratch.glob("regen-ch98_slow-*")) and time.monotonic() < deadline:
+    first = "ch97_slow" if not argv else "ch98_slow"  # one at a time: the first; two: both
+    while not (tmp_path / f"{first}.pid").is_file() and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
@@ -341,6 +348,24 @@ def test_ctrl_c_ends_with_one_line_and_leaves_no_scratch_folder(tmp_path):
     assert proc.returncode == 130, out + err
     assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
     assert list(scratch.iterdir()) == []
+    pids = [int(f.read_text()) for f in tmp_path.glob("*.pid")]
+    assert len(pids) == (1 if not argv else 2)
+    for pid in pids:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists(), f"script {pid} still runs"
+
+
+def test_jobs_must_be_a_whole_number_and_retime_runs_one_at_a_time(capsys):
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(SystemExit) as e:
+            regen.main(["--check", "--jobs", bad, "ch01_weights"])
+        assert e.value.code == 2
+        assert "whole number of scripts" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        regen.main(["--retime", "--jobs", "2", "ch01_weights"])
+    assert "--jobs 1" in capsys.readouterr().err
 
 
 def test_concurrent_tiny_builds_hand_out_only_complete_folders(tmp_path):
