@@ -69,6 +69,7 @@ layers = {"deltanet": (n_layers - n_full) * (per["deltanet"] + per["mlp"] + per[
 off_total = sum(official.values())
 record(official_n_deltanet=n_layers - n_full, official_n_attention=n_full,
        official_final_norm=f"{official['final norm']:,}",
+       official_layer_norms=f"{official['layer norms']:,}",
        official_embedding_share=f"{official['embedding'] / off_total:.0%}",
        **{f"official_{k}_per_layer": f"{n:,}" for k, n in per.items()},
        **{f"official_{k}_layers": f"{n:,}" for k, n in layers.items()},
@@ -89,7 +90,8 @@ def draw(t):
     fig, ax = plt.subplots(figsize=(7.5, 2.8))
     ax.barh([labels[p] for p, _ in parts], [n / 1e6 for _, n in parts], color="#3f51b5")
     for i, (_, n) in enumerate(parts):
-        ax.text(n / 1e6, i, f" {n / 1e6:.1f}M  {n / total:.1%}", va="center", fontsize=9)
+        count = f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"      # the norms: a few thousand
+        ax.text(n / 1e6, i, f" {count}  {100 * n / total:.3g}%", va="center", fontsize=9)
     ax.set_xlabel(t("参数量（百万）", "parameters (millions)"))
     ax.set_xlim(0, max(official.values()) / 1e6 * 1.3)
     ax.set_title(t(f"Qwen3.5-0.8B 的 {total / 1e6:.0f}M 参数花在哪里"

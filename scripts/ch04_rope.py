@@ -60,6 +60,8 @@ record(head_dim=cfg.head_dim, rotary_dims=rot, n_freq=rot // 2, fastest_turn=f"{
 official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, in the repo
 official_rope = RotaryEmbedding(official.head_dim, official.partial_rotary_factor,
                                 official.rope_theta)
+# the left plot draws the 0.8B's frequencies, whichever model the script runs on
+official_wavelength = 2 * math.pi / official_rope.inv_freq
 record(official_head_dim=official.head_dim, official_rotary_dims=2 * official_rope.inv_freq.numel(),
        official_n_freq=official_rope.inv_freq.numel(),
        official_slowest_turn=f"{2 * math.pi / official_rope.inv_freq[-1].item():,.0f}")
@@ -68,15 +70,16 @@ record(official_head_dim=official.head_dim, official_rotary_dims=2 * official_ro
 def draw(t):
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
-    a.semilogy(range(rot // 2), wavelength, "o-", ms=3)
-    for n, label in ((2048, "2K"),
-                     (cfg.max_position_embeddings, f"{cfg.max_position_embeddings // 1024}K")):
-        a.axhline(n, color="gray", ls=":", lw=1)
-        a.text(0, n, " " + label, va="bottom", fontsize=8, color="gray")
+    n, longest = len(official_wavelength), official.max_position_embeddings
+    a.semilogy(range(n), official_wavelength, "o-", ms=3)
+    for at, label in ((2048, "2K"), (longest, f"{longest // 1024}K")):
+        a.axhline(at, color="gray", ls=":", lw=1)
+        a.text(0, at, " " + label, va="bottom", fontsize=8, color="gray")
     a.set_xlabel(t("频率编号 m", "frequency index m"))
     a.set_ylabel(t("转一圈需要的 token 数", "tokens per full turn"))
-    a.set_title(t(f"{rot // 2} 个旋转频率 (theta = {cfg.rope_theta:g})",
-                  f"The {rot // 2} rotation frequencies (theta = {cfg.rope_theta:g})"))
+    a.set_title(t(f"Qwen3.5-0.8B 配置：{n} 个旋转频率（θ = {official.rope_theta:,.0f}）",
+                  f"Qwen3.5-0.8B config: {n} frequencies (θ = {official.rope_theta:,.0f})"),
+                fontsize=10)
     b.plot(dist, same, lw=0.6)
     b.set_xlabel(t("距离（token）", "distance (tokens)"))
     b.set_ylabel("q · R(d) q")

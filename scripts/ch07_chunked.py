@@ -53,18 +53,24 @@ def flops(T, c=cfg):
     return recurrent, chunked, attention
 
 
-lengths = [2**n for n in range(6, 18)]
-cost = {n: flops(n) for n in lengths}
 cross = next(n for n in range(1, 10**6) if flops(n)[2] > flops(n)[1])
 for n in (1024, 32768):
-    r, c, a = cost[n]
+    r, c, a = flops(n)
     print(f"T = {n:>6,}: recurrent {r / 1e9:8.2f} GFLOP, chunked {c / 1e9:8.2f}, "
           f"full attention {a / 1e9:10.2f}")
 print(f"one attention layer's kernel costs more than one DeltaNet layer's after {cross:,} tokens")
 record(tokens=T, chunks=-(-T // C), crossover=f"{cross:,}", head_k_dim=dk)
 official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the same count at the 0.8B's sizes
 crossover = next(n for n in range(1, 10**6) if flops(n, official)[2] > flops(n, official)[1])
-record(official_crossover=f"{crossover:,}")
+r, c, a = flops(32768, official)
+print(f"at the 0.8B's sizes: attention costs more after {crossover:,} tokens; at T = 32,768 "
+      f"recurrent {r / 1e12:.3f} TFLOP, chunked {c / 1e12:.3f}, full attention {a / 1e12:.1f}")
+record(official_crossover=f"{crossover:,}", official_attention_tflop=f"{a / 1e12:.1f}",
+       official_chunked_tflop=f"{c / 1e12:.3f}", official_attention_x=f"{a / c:.0f}",
+       official_recurrent_mflop=f"{r / 32768 / 1e6:.1f}",      # per token, per layer
+       official_chunked_mflop=f"{c / 32768 / 1e6:.1f}")
+lengths = [2**n for n in range(6, 18)]
+cost = {n: flops(n, official) for n in lengths}             # the right panel: the 0.8B's sizes
 
 
 def draw(t):
@@ -84,7 +90,7 @@ def draw(t):
         b.loglog(lengths, [cost[n][i] for n in lengths], "o-" if i < 2 else "s-", ms=3, label=name)
     b.set_xlabel(t("序列长度 T", "sequence length T"))
     b.set_ylabel(t("一层的浮点运算量", "FLOPs of one layer's kernel"))
-    b.set_title(t("代价随长度：线性 vs 平方", "Cost vs length: linear vs quadratic"))
+    b.set_title(t("Qwen3.5-0.8B 配置：线性 vs 平方", "Qwen3.5-0.8B config: linear vs quadratic"))
     b.legend(fontsize=8)
     for ax in (a, b):
         ax.spines[["top", "right"]].set_visible(False)

@@ -1,4 +1,6 @@
 """Chapter 11: generation. Greedy and sampled continuations, and what the cache costs per token."""
+from pathlib import Path
+
 import torch
 from tokenizers import Tokenizer
 
@@ -7,7 +9,7 @@ from book.tiny import is_tiny
 from qwen.cache import Cache
 from qwen.generate import generate
 from qwen.model import from_pretrained
-from qwen.weights import find_model
+from qwen.weights import Config, find_model
 
 torch.manual_seed(0)
 path = find_model()
@@ -64,18 +66,47 @@ record(n_attn_layers=n_attn, n_kv_heads=c.num_key_value_heads, head_dim=c.head_d
        all_attn_factor=f"{len(c.layer_types) / n_attn:g}")
 
 
+def cache_bytes(c, b):
+    """The two formulas for config c, b bytes a value: KV bytes per token, DeltaNet bytes."""
+    n_attn = c.layer_types.count("full_attention")
+    conv = (2 * c.linear_num_key_heads * c.linear_key_head_dim  # q | k | v channels
+            + c.linear_num_value_heads * c.linear_value_head_dim)
+    state = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4  # fp32
+    kv = 2 * n_attn * c.num_key_value_heads * c.head_dim * b
+    return kv, (len(c.layer_types) - n_attn) * (state + conv * (c.linear_conv_kernel_dim - 1) * b)
+
+
+print("the formulas give the bytes measured above:", cache_bytes(c, 4) == (kv_per_token, dn))
+# The same formulas at the 0.8B's sizes, as it runs: bf16 keys, values and conv inputs.
+official = Config.load(Path("book/data/qwen3.5-0.8b"))    # the 0.8B's config.json, in the repo
+kv08, dn08 = cache_bytes(official, 2)
+n08 = official.max_position_embeddings
+all08 = kv08 * len(official.layer_types) / official.layer_types.count("full_attention")
+print(f"Qwen3.5-0.8B in bf16: KV {kv08:,} bytes per token, DeltaNet {dn08:,} bytes; "
+      f"the KV cache outgrows them after {dn08 / kv08:,.0f} tokens, "
+      f"at {n08:,} tokens it holds {kv08 * n08 / 2**30:g} GiB")
+record(official_kv_kib=f"{kv08 / 2**10:g}", official_deltanet_mib=f"{dn08 / 2**20:.1f}",
+       official_crossover=f"{dn08 / kv08:,.0f}", official_kv_gib_at_max=f"{kv08 * n08 / 2**30:g}",
+       official_all_attn_kib=f"{all08 / 2**10:g}", official_all_attn_factor=f"{all08 / kv08:g}")
+
+
 def draw(t):
     import matplotlib.pyplot as plt
-    T = torch.linspace(0, 32768, 65)
+    T = torch.linspace(0, 6144, 97)
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(T, T * kv_per_token / 2**20,
-            label=t("KV 缓存（注意力层）", "KV cache (attention layers)"))
-    ax.plot(T, torch.full_like(T, dn / 2**20), label=t("DeltaNet 状态", "DeltaNet states"))
-    ax.plot(T, T * all_attn / 2**20, "--",
+    ax.plot(T, T * kv08 / 2**20, label=t("KV 缓存（注意力层）", "KV cache (attention layers)"))
+    ax.plot(T, torch.full_like(T, dn08 / 2**20), label=t("DeltaNet 状态", "DeltaNet states"))
+    ax.plot(T, T * all08 / 2**20, "--",
             label=t("假如每层都是注意力", "if every layer were attention"))
+    ax.axvline(dn08 / kv08, color="gray", ls=":", lw=1)
+    ax.text(dn08 / kv08, 0, f" {dn08 / kv08:,.0f}", color="gray", fontsize=8, va="bottom")
+    ax.set_ylim(0, T[-1] * kv08 / 2**20 * 1.1)            # the dashed line leaves at the top
     ax.set_xlabel(t("已读词元数", "tokens seen"))
-    ax.set_ylabel("MiB (fp32)")
-    ax.legend()
+    ax.set_ylabel("MiB")
+    ax.set_title(t("Qwen3.5-0.8B 配置，bf16（DeltaNet 状态为 fp32）",
+                   "Qwen3.5-0.8B config, bf16 (DeltaNet states in fp32)"), fontsize=10)
+    ax.legend(fontsize=8, loc="upper center")
+    ax.spines[["top", "right"]].set_visible(False)
     return fig
 
 
