@@ -164,11 +164,12 @@ def main(argv=None):
     )
     args = ap.parse_args(argv)
     if args.from_json:
-        res = json.loads(args.from_json.read_text())
-        res = res.get("results", res)  # docs/outputs/pretrain.json holds the run under "results"
+        doc = json.loads(args.from_json.read_text())
+        res = doc.get("results", doc)  # docs/outputs/pretrain.json holds the run under "results"
         if res["settings"] != BOOK:
             raise SystemExit(f"{args.from_json} is not a run of the book's budget: not written")
-        write(res, res["text"])
+        # a redraw keeps the run's date: the run did not change, only its drawing
+        write(res, res["text"], date=doc.get("date"))
         return res
     if args.write and (args.smoke or args.steps):
         raise SystemExit("--write runs the book's budget: drop --smoke and --steps")
@@ -357,6 +358,11 @@ def draw_schedule(res, t):
         label=t("裁剪阈值", "clipping threshold"),
     )
     a2.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogFormatter
+
+    # plain numbers (1, 2, 3) where matplotlib would write 2 x 10^0, on the same ticks
+    a2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a2.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
     a2.set_xlabel(t("步数", "step"))
     a2.set_ylabel(t("梯度范数（裁剪前）", "gradient norm (before clipping)"))
     a2.legend(fontsize=8)
@@ -366,8 +372,9 @@ def draw_schedule(res, t):
     return fig
 
 
-def write(res, text):
-    """docs/outputs/pretrain.{txt,json} and the figures, replaced together (regen.replace_set)."""
+def write(res, text, date=None):
+    """docs/outputs/pretrain.{txt,json} and the figures, replaced together (regen.replace_set);
+    dated today unless given the run's date."""
     from book import out, regen
 
     scratch = Path(tempfile.mkdtemp(prefix="pretrain-out-"))
@@ -397,7 +404,7 @@ def write(res, text):
             "machine": res["cpu"],
             "cpu": {"name": res["cpu"]},
             "threads": res["threads"],
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "date": date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "load": res["load_avg"],
             "results": res,
         }
