@@ -1,8 +1,10 @@
 """The benchmark's report: its tables, the values the pages quote, its figures, and its outputs in
 docs/outputs (written like book.regen's: one set of files, all or nothing). scripts/bench.py
-measures."""
+measures; `python -m book.bench_report [bench_steps bench_08b]` reprints and redraws the committed
+runs without measuring."""
 
 import datetime
+import json
 import os
 import platform
 import shutil
@@ -26,7 +28,8 @@ def steps_table(res):
         f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · {res['threads']} threads",
         f"prefill of {res['steps_prompt']} tokens, then {res['new_tokens']} decode steps; tokens/s,"
         f" median of {res['repeats']} (x = median of paired ratios to the step before)",
-        f"{'step':22}{'ch':>3}{'prefill':>16}{'decode':>15}  what it did",
+        # each heading ends where its numbers end; the ratios (7 wide) sit to their right
+        f"{'step':22}{'ch':>3}{'prefill':>9}{'':7}{'decode':>8}{'':7}  what it did",
     ]
     for r in res["steps"]:
         px = f" x{r['prefill_x_prev']:.2f}" if "prefill_x_prev" in r else ""
@@ -66,7 +69,7 @@ def steps_table(res):
             + ", ".join(
                 f"{k} {v['first_token_s']:.2f} s (load {v['seconds']:.2f} s, "
                 f"peak RSS {v['peak_rss'] / 1e9:.2f} GB)"
-                for k, v in res["load"].items()
+                for k, v in by(res["load"], LOADS).items()
                 if "first_token_s" in v
             )
         )
@@ -138,7 +141,23 @@ def in_order(res):
             }
     if "long_prefill" in res:
         res["long_prefill"] = dict(sorted(res["long_prefill"].items(), key=lambda kv: int(kv[0])))
+    if "prefill_shares" in res:  # the parts and kernels in the order they are measured
+        shares = res["prefill_shares"]["shares"]
+        res["prefill_shares"] = {**res["prefill_shares"], "shares": by(shares, SHARES)}
+    if "limits" in res:
+        res["limits"] = by(res["limits"], [f"gemv_{k}_GBps" for k in GEMV])
     return res
+
+
+SHARES = ["DeltaNet mixers", "chunked rule", "attention mixers", "MLPs", "other"]
+GEMV = ["fp32", "bf16", "bf16_packed", "fp16_fbgemm", "int8", "int8_fbgemm"]
+LOADS = ["clear", "mapped", "fast", "int8", "w8a8"]
+
+
+def by(d, order):
+    """d with the keys named in order first, in that order, then the others as they were."""
+    rank = {k: i for i, k in enumerate(order)}
+    return dict(sorted(d.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
 def table(res):
@@ -148,13 +167,13 @@ def table(res):
     cols = [("prefill", n) for n in res["prefill"]] + [("decode", n) for n in res["decode"]]
     names = list(dict.fromkeys(name for kind, n in cols for name in res[kind][n]))
     base = "transformers" if "transformers" in names else "ours clear"
+    # a column is 15 wide: tokens/s right-aligned in 8 (decimal points in line), then the ratio
+    # (" x16.90": 7 wide); its heading starts over the numbers
+    heads = [f"prefill {n}" if k == "prefill" else f"decode@{n}" for k, n in cols]
     lines = [
         f"{res['model']} · {res['machine']} · {res['threads']} threads",
         f"tokens/s, median of {res['repeats']} (x = median of paired ratios to {base})",
-        f"{'':16}"
-        + "".join(
-            f"{'prefill ' + str(n) if k == 'prefill' else 'decode@' + str(n):>15}" for k, n in cols
-        ),
+        (f"{'':16}" + "".join(f"  {h:<13}" for h in heads)).rstrip(),
     ]
     for name in names:
         cells = ""
@@ -164,14 +183,16 @@ def table(res):
                 cells += f"{'-':>8}{'':7}"
             else:
                 x = f" x{r['x_' + base]:.2f}" if "x_" + base in r and name != base else ""
-                cells += f"{r['tok_s']:>8.2f}{x:<7}"  # " x16.90": 7 wide
-        lines.append(f"{name:16}{cells}")
+                cells += f"{r['tok_s']:>8.2f}{x:<7}"
+        lines.append(f"{name:16}{cells}".rstrip())
     lines.append(
-        f"{'bound':16}"
-        + "".join(
-            f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>8.1f}{'':7}"
-            for k, n in cols
-        )
+        (
+            f"{'bound':16}"
+            + "".join(  # one decimal: its point under the others'
+                f"{b['prefill_tok_s'] if k == 'prefill' else b['decode_bf16_tok_s']:>7.1f}{'':8}"
+                for k, n in cols
+            )
+        ).rstrip()
     )
     first = next(iter(res["decode"].values()))
     lines.append(
@@ -222,7 +243,8 @@ def table(res):
     lines.append(
         "loading (s, peak RSS GB): "
         + ", ".join(
-            f"{k} {v['seconds']:.2f} s {v['peak_rss'] / 1e9:.2f} GB" for k, v in res["load"].items()
+            f"{k} {v['seconds']:.2f} s {v['peak_rss'] / 1e9:.2f} GB"
+            for k, v in by(res["load"], LOADS).items()
         )
     )
     lines.append(
@@ -382,16 +404,11 @@ def steps_values(res):
     return v
 
 
-def write_outputs(res, text, folder, name="bench_08b", date=None, sha256=None):
-    """docs/outputs/<name>.txt and .json (with "measured": true, the CPU and the load) and its
-    figures,
-    replaced together through book.regen (a crash leaves all of them or none)."""
+def drawn(res, name):
+    """The figures of one benchmark's run, {"figures/<name>_<lang>.svg": bytes}, drawn through
+    book.out in a scratch folder."""
     from book import out
 
-    if "0.8B" not in res["model"]:
-        raise SystemExit(
-            f"{name}: the book records the 0.8B runs only, not one on the {res['model']}"
-        )
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
     os.environ["BOOK_OUT"] = str(scratch)
     try:
@@ -401,38 +418,85 @@ def write_outputs(res, text, folder, name="bench_08b", date=None, sha256=None):
             out.save_figure("bench_steps", lambda t: draw_steps(res, t))
             if res.get("batch_sweep"):
                 out.save_figure("bench_roofline", lambda t: draw_roofline(res, t))
-        figures = (
-            sorted((scratch / "figures").glob("*.svg")) if (scratch / "figures").is_dir() else []
-        )
-        prov = {
-            "script": "scripts/bench.py",
-            "model": res["model"],
-            "weights_sha256": identify(folder).sha256,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "device": f"cpu ({platform.machine()}, {res['threads']} threads)",
-            "dtype": "bfloat16",
-            "seconds": round(res["seconds"], 1),
-            "values": steps_values(res) if name == "bench_steps" else flat_values(res),
-            "figures": sorted({f.stem.rsplit("_", 1)[0] for f in figures}),
-            "measured": True,
-            "machine": res["machine"],
-            "cpu": res.get("cpu"),
-            "threads": res["threads"],
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "load": res["load_avg"],
-            "results": res,
-        }
-        files = {
-            f"outputs/{name}.txt": (text + "\n").encode(),
-            f"outputs/{name}.json": regen.provenance_bytes(prov),
-        }
-        files.update({f"figures/{f.name}": f.read_bytes() for f in figures})
-        regen.replace_set(ROOT / "docs", name, files)
-        print(f"wrote docs/{', docs/'.join(files)}", file=sys.stderr)
+        folder = scratch / "figures"
+        return {f"figures/{f.name}": f.read_bytes() for f in sorted(folder.glob("*.svg"))}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         os.environ.pop("BOOK_OUT", None)
+
+
+def figure_names(files):
+    return sorted({Path(f).stem.rsplit("_", 1)[0] for f in files if f.startswith("figures/")})
+
+
+def write_outputs(res, text, folder, name="bench_08b", date=None, sha256=None):
+    """docs/outputs/<name>.txt and .json (with "measured": true, the CPU and the load) and its
+    figures,
+    replaced together through book.regen (a crash leaves all of them or none)."""
+    if "0.8B" not in res["model"]:
+        raise SystemExit(
+            f"{name}: the book records the 0.8B runs only, not one on the {res['model']}"
+        )
+    figures = drawn(res, name)
+    prov = {
+        "script": "scripts/bench.py",
+        "model": res["model"],
+        "weights_sha256": identify(folder).sha256,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": f"cpu ({platform.machine()}, {res['threads']} threads)",
+        "dtype": "bfloat16",
+        "seconds": round(res["seconds"], 1),
+        "values": steps_values(res) if name == "bench_steps" else flat_values(res),
+        "figures": figure_names(figures),
+        "measured": True,
+        "machine": res["machine"],
+        "cpu": res.get("cpu"),
+        "threads": res["threads"],
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "load": res["load_avg"],
+        "results": res,
+    }
+    files = {
+        f"outputs/{name}.txt": (text + "\n").encode(),
+        f"outputs/{name}.json": regen.provenance_bytes(prov),
+        **figures,
+    }
+    regen.replace_set(ROOT / "docs", name, files)
+    print(f"wrote docs/{', docs/'.join(files)}", file=sys.stderr)
+
+
+def redraw(name, docs=ROOT / "docs"):
+    """Rewrite docs/outputs/<name>.txt and its figures from the run in its committed JSON, without
+    measuring: the run (its date, machine, load and results) stays as it was; only how it is
+    printed and drawn changes. Returns the files that changed."""
+    doc = docs / "outputs" / f"{name}.json"
+    prov = json.loads(doc.read_text())
+    res = prov["results"]
+    text = steps_table(res) if name == "bench_steps" else table(res)
+    values = steps_values(res) if name == "bench_steps" else flat_values(res)
+    for key in sorted(
+        k for k in values.keys() & prov["values"].keys() if values[k] != prov["values"][k]
+    ):
+        # the values stay the run's: a redraw changes no number the pages quote
+        print(
+            f"{name}: {key} is {prov['values'][key]!r} as committed, {values[key]!r} by this code"
+        )
+    figures = drawn(res, name)
+    prov["figures"] = figure_names(figures)
+    files = {
+        f"outputs/{name}.txt": (text + "\n").encode(),
+        f"outputs/{name}.json": regen.provenance_bytes(prov),
+        **figures,
+    }
+    changed = [
+        f
+        for f, data in files.items()
+        if not (docs / f).is_file() or (docs / f).read_bytes() != data
+    ]
+    if changed:
+        regen.replace_set(docs, name, files)
+    return changed
 
 
 STEP_ZH = {
@@ -474,13 +538,23 @@ def draw_steps(res, t):
         hf = res.get("steps_reference", {}).get("transformers")
         if hf:
             ax.axvline(hf[f"{kind}_tok_s"], color="#c44e52", ls="--", lw=1, label="transformers")
-            ax.legend(fontsize=7, loc="lower right")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(t("词元/秒", "tokens/s"), fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_yticks(range(len(rows)), labels)
     axes[0].invert_yaxis()
-    fig.tight_layout()
+    from matplotlib.patches import Patch
+
+    # one legend for both panels, below them: inside an axes it covers bars, and on a phone a
+    # legend to the right is off-screen
+    keys = [
+        Patch(color="#888888", label=t("清晰版模型", "the clear model")),
+        Patch(color="#4c72b0", label=t("bf16 的各步", "bf16 steps")),
+        Patch(color="#dd8452", label=t("量化的各步", "quantized steps")),
+        *axes[0].get_lines()[:1],
+    ]
+    fig.legend(handles=keys, loc="lower center", ncol=len(keys), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))  # 0.3 inch for the legend
     return fig
 
 
@@ -584,3 +658,8 @@ def draw_long(res, t):
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     return fig
+
+
+if __name__ == "__main__":  # python -m book.bench_report bench_steps bench_08b: redraw, no timing
+    for name in sys.argv[1:] or ["bench_steps", "bench_08b"]:
+        print(f"{name}: {', '.join(redraw(name)) or 'the same'}")
