@@ -12,8 +12,12 @@ copies the notebooks into the built site.
 """
 
 import argparse
+import ast
+import builtins
+import functools
 import re
 import shutil
+import symtable
 import sys
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -46,6 +50,8 @@ SCRIPTS = {
 }
 OUTPUT = re.compile(r"^\s*\{\{\s*output\((.*?)\)\s*\}\}\s*$")
 FIGURE = re.compile(r"\]\((?:\.\./)*figures/")
+FIGURE_LINE = re.compile(r"^\s*\{\{\s*figure\((.*?)\)\s*\}\}\s*$")
+DOWNLOAD = re.compile(r"^python scripts/download\.py\b", re.M)  # chapter 1's download commands
 
 TEXT = {
     "zh": {
@@ -54,6 +60,34 @@ TEXT = {
         "先运行第一个代码单元：它找到本书的代码仓库（不在仓库里时，比如在 Colab 中，"
         "就克隆并安装它），再找官方权重，找不到就用微型测试模型。",
         "skipped": "（这个命令在这里不运行：{reason}）",
+        # a reason written in English (for the page's tests) is not shown in the Chinese edition
+        "skipped_shell": "（这段命令在笔记本里不自动运行；要运行它，把它复制到一个代码单元里，"
+        "第一行写 `%%bash`。）",
+        "skipped_code": "（这段代码在这里不单独运行。）",
+        "download_intro": "**官方权重（可选）。** 上面的单元找不到官方权重时，就用微型测试模型："
+        "代码都能跑，可它的权重是随机的，说出来的话没有意义。想看真模型的输出（比如在 Colab 里），"
+        "用下面这个单元下载一次；它不会自己运行。",
+        "download": [
+            "# 下载官方权重 Qwen/Qwen3.5-0.8B（约 1.75 GB，存到 models/Qwen3.5-0.8B/）：",
+            "# 把 False 改成 True，再运行本单元。之后的单元都用它们。",
+            "# 连不上 huggingface.co？换成下面注释掉的一行：经 hf-mirror.com 镜像，",
+            "# 或者从 ModelScope 下载（先 pip install modelscope）。",
+        ],
+        "download_else": "没有下载（DOWNLOAD = False），用的权重：",
+        "forget": "# 不再用第一个单元找不到权重时选的微型测试模型",
+        "mine": "# 用你的代码顶替仓库里的：从这里起，\n{imports}\n{where}"
+        "# 改了它？把那个单元和本单元再运行一遍：之后运行的，都是你的版本。\n"
+        "# （use_mine 在第一个代码单元里。）",
+        "where": "# 拿到的都是你在上面定义的版本：本章的脚本里如此，\n# {files} 里面也如此。\n",
+        "where_script": "# 拿到的都是你在上面定义的版本，本章的脚本里也如此。\n",
+        "where_files": "# 拿到的都是你在上面定义的版本，{files} 里面也如此。\n",
+        "where_none": "# 拿到的都是你在上面定义的版本。\n",
+        "methods": "# 单独列出的方法放回它们的类里",
+        "provided": "# 上面的代码用到、本页却没有给出的，用仓库里的",
+        "figure": [
+            "# 上面那次运行刚画出的图（{path}）；还没运行时，显示本书里的那张。",
+        ],
+        "figure_book": "（本书里的图：运行上面的脚本，画出你自己的。）",
     },
     "en": {
         "intro": "> This notebook is generated from chapter {chapter} of the book: "
@@ -61,6 +95,33 @@ TEXT = {
         "it finds the book's repository (outside it, as in Colab, it clones and installs it), "
         "then the official weights, or else the tiny test model.",
         "skipped": "(This command does not run here: {reason}.)",
+        "download_intro": "**The official weights (optional).** Without them, the cell above falls "
+        "back to the tiny test model: all the code runs, but its weights are random and what it "
+        "says means nothing. To see the real model's output (in Colab, say), download them once "
+        "with the cell below; it does not run by itself.",
+        "download": [
+            "# Download the official weights, Qwen/Qwen3.5-0.8B (about 1.75 GB, into",
+            "# models/Qwen3.5-0.8B/): change False to True and run this cell.",
+            "# The cells after it use them.",
+            "# huggingface.co out of reach? Use one of the commented lines instead: through the",
+            "# hf-mirror.com mirror, or from ModelScope (pip install modelscope first).",
+        ],
+        "download_else": "not downloaded (DOWNLOAD = False); the weights in use:",
+        "forget": "# no longer the tiny test model the first cell fell back to",
+        "mine": "# Your code in place of the repository's: from here on\n{imports}\n{where}"
+        "# Changed it? Run its cell and this one again: what runs after them runs your version.\n"
+        "# (use_mine is in the first code cell.)",
+        "where": "# gives the version you defined above, in the chapter's script and inside\n"
+        "# {files} too.\n",
+        "where_script": "# gives the version you defined above, in the chapter's script too.\n",
+        "where_files": "# gives the version you defined above, inside {files} too.\n",
+        "where_none": "# gives the version you defined above.\n",
+        "methods": "# the methods shown on their own, back into their class",
+        "provided": "# what the code above uses and this page does not show: the repository's",
+        "figure": [
+            "# The figure your run above just drew ({path}); before a run, the book's.",
+        ],
+        "figure_book": "(The book's figure: run the script above to draw your own.)",
     },
 }
 
@@ -87,6 +148,18 @@ os.chdir(ROOT)                                    # the chapter's paths start fr
 sys.path.insert(0, str(ROOT))
 # in the shell cells, `python` is this kernel's interpreter
 os.environ["PATH"] = f"{{Path(sys.executable).parent}}{{os.pathsep}}{{os.environ['PATH']}}"
+
+
+# use_mine(qwen.norm, RMSNorm): the classes and functions this notebook defines, in place of the
+# repository's, in qwen.norm (what imports them from now on gets yours) and in every qwen module
+# that imported the old ones already (qwen/model.py's `from qwen.norm import RMSNorm`)
+def use_mine(module, *mine):
+    for new in mine:
+        old = getattr(module, new.__name__)
+        for m in [module, *(m for n, m in list(sys.modules.items()) if n.split(".")[0] == "qwen")]:
+            if getattr(m, new.__name__, None) is old:
+                setattr(m, new.__name__, new)
+
 
 from qwen.weights import ModelNotFound, find_model
 
@@ -138,6 +211,167 @@ def page_url(lang, name):
     )
 
 
+# ------------------------------------------------------------------------------- the reader's code
+# A chapter's code cells define what qwen/ holds (class RMSNorm, from the page's snippet of
+# qwen/norm.py); its script then imports it from the package. So that an edit in the notebook
+# changes what runs, a cell after the definitions hands them to the package (use_mine, defined in
+# the setup cell): qwen.norm.RMSNorm, and every qwen module's own `from qwen.norm import RMSNorm`,
+# become the notebook's class.
+READER = ["qwen/*.py", "book/tokenizer.py"]  # the code the reader writes
+MARKER = re.compile(r"^\s*# --8<-- \[(?:start|end):[\w-]+\]\s*$", re.M)
+EXCEPTION = re.compile(r"(Error|Exception|Warning)$")  # no reason to swap an exception class
+
+
+def _dump(node):
+    return ast.dump(node)  # the code without its comments, layout or positions
+
+
+@functools.cache
+def reader_modules():
+    """{"qwen.norm": {"file", "defs": {name: node}, "classes": {name: {method: dump}},
+    "public": {names}, "imports": {(module, name)}}} for every module the reader writes."""
+    out = {}
+    for pattern in READER:
+        for path in sorted(ROOT.glob(pattern)):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(MARKER.sub("", path.read_text()))
+            defs = {
+                n.name: n
+                for n in tree.body
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            out[rel[:-3].replace("/", ".")] = {
+                "file": rel,
+                "defs": defs,
+                "classes": {
+                    name: {
+                        m.name: _dump(m)
+                        for m in n.body
+                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    }
+                    for name, n in defs.items()
+                    if isinstance(n, ast.ClassDef)
+                },
+                "public": {name for name in _bound(tree) if not name.startswith("_")},
+                "provides": _provides(tree, rel[:-3].replace("/", ".")),
+                "imports": {
+                    (n.module, a.asname or a.name)
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    for a in n.names
+                },
+            }
+    return out
+
+
+def _provides(tree, module):
+    """{name: the import line that gives a notebook the module's `name`}: its own imports as it
+    writes them, the rest from the module."""
+    out = {}
+    for n in tree.body:
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                out[a.asname or a.name.split(".")[0]] = ast.unparse(ast.Import(names=[a]))
+        elif isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if a.name != "*":
+                    line = ast.unparse(ast.ImportFrom(module=n.module, names=[a], level=n.level))
+                    out[a.asname or a.name] = line
+    for name in _bound(tree) - set(out):
+        out[name] = f"from {module} import {name}"
+    return out
+
+
+def _bound(tree):
+    """The names a module's (or a cell's) top level binds."""
+    names = set()
+    for n in tree.body:
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            for a in n.names:
+                if a.name == "*":
+                    names |= reader_modules().get(n.module, {}).get("public", set())
+                else:
+                    names.add(a.asname or a.name.split(".")[0])
+        else:
+            names |= {
+                t.id
+                for t in ast.walk(n)
+                if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+            }
+    return names
+
+
+def _free_names(node):
+    """The global names a definition reads when it runs (builtins aside)."""
+    table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    names, todo = set(), list(table.get_children())
+    while todo:
+        t = todo.pop()
+        todo += t.get_children()
+        names |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_referenced()}
+    return names - set(dir(builtins))
+
+
+def _is_exception(node):
+    return EXCEPTION.search(node.name) or any(EXCEPTION.search(ast.unparse(b)) for b in node.bases)
+
+
+def reader_definitions(source):
+    """What a code cell defines of the reader's modules, as [(module, name, cls, node)]: a class or
+    function of `module` (cls None), or a method of its class `cls` shown on its own (a page may
+    show a class in parts)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for module, m in reader_modules().items():
+                theirs = m["defs"].get(node.name)
+                if not isinstance(theirs, ast.ClassDef) or _is_exception(theirs):
+                    continue
+                methods = {
+                    n.name: _dump(n)
+                    for n in node.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
+                if [_dump(b) for b in node.bases] == [_dump(b) for b in theirs.bases] and all(
+                    m["classes"][node.name].get(k) == v for k, v in methods.items()
+                ):
+                    found.append((module, node.name, None, node))
+                    break
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            mine = _dump(node)
+            top = [
+                module
+                for module, m in reader_modules().items()
+                if node.name in m["defs"] and _dump(m["defs"][node.name]) == mine
+            ]
+            methods = [
+                (module, cls)
+                for module, m in reader_modules().items()
+                for cls, methods in m["classes"].items()
+                if methods.get(node.name) == mine
+            ]
+            if top:
+                found.append((top[0], node.name, None, node))
+            elif len(methods) == 1:
+                found.append((methods[0][0], node.name, methods[0][1], node))
+    return found
+
+
+def importers(module, name):
+    """The reader's other files that import `name` from `module`."""
+    return [
+        m["file"]
+        for other, m in reader_modules().items()
+        if other != module and (module, name) in m["imports"]
+    ]
+
+
 # -------------------------------------------------------------------------------- markdown -> cells
 def flatten(lines):
     """Admonitions, collapsed blocks and tabs opened up: a quote when they hold only prose, else a
@@ -181,9 +415,14 @@ def flatten(lines):
 class Builder:
     """Collects cells while walking one page."""
 
-    def __init__(self):
-        self.cells, self.text, self.hidden = [], [], False
+    def __init__(self, lang="en"):
+        self.cells, self.text, self.hidden, self.lang = [], [], False, lang
         self.scripts = {}  # "scripts/chNN_x.py": the code cell that holds that whole script
+        self.bound = set()  # the names the code cells so far define
+        self.pending = []  # the reader's definitions not yet handed to the package
+        self.classes = {}  # (module, class): the methods of the notebook's class, and attached
+        self.after = None  # the cell the next use_mine cell goes after
+        self.script_imports = set()  # (module, name) the chapter's scripts import
 
     def flush(self):
         text = "\n".join(self.text).strip("\n")
@@ -196,7 +435,114 @@ class Builder:
             self.text += [f"```{lang_tag}", source.strip("\n"), "```"]
             return
         self.flush()
+        defined = reader_definitions(source)
+        if not defined:
+            self.use_mine()
         self.cells.append(nbformat.v4.new_code_cell(source.strip("\n")))
+        try:
+            self.bound |= _bound(ast.parse(source))
+        except SyntaxError:  # a %%bash cell, a shell escape
+            pass
+        if defined:
+            self.after = self.cells[-1]
+            for module, name, cls, node in defined:
+                if cls is None and isinstance(node, ast.ClassDef):
+                    self.classes[module, name] = {
+                        n.name for n in node.body if isinstance(n, ast.FunctionDef)
+                    }
+            self.pending += defined
+
+    def use_mine(self):
+        """After the cells that define the reader's code, one that hands it to the package (see
+        SETUP's use_mine): the script's imports, and the model qwen/ builds, then run it."""
+        ready, attach, later = {}, [], []
+        provided = {}
+        for module, name, cls, node in self.pending:
+            missing = _free_names(node) - self.bound
+            gives = reader_modules()[module]["provides"]
+            if not missing <= set(gives):  # it cannot run yet: perhaps after the cells to come
+                later.append((module, name, cls, node))
+                continue
+            provided.update({gives[n]: None for n in sorted(missing)})
+            if cls is not None:
+                attach.append((module, name, cls))
+                self.classes.get((module, cls), set()).add(name)
+            else:
+                ready.setdefault(module, []).append((name, node))
+        for module, names in list(ready.items()):
+            for name, node in list(names):  # a class shown in parts waits for its last part
+                whole = reader_modules()[module]["classes"].get(name)
+                if whole is not None and not set(whole) <= self.classes[module, name]:
+                    names.remove((name, node))
+                    later.append((module, name, None, node))
+            if not names:
+                del ready[module]
+        self.pending = later
+        if not ready and not attach:
+            return
+        t = TEXT[self.lang]
+        shown = [
+            line
+            for module, names in ready.items()
+            for line in _wrap(f"# `from {module} import ", [n for n, _ in names], "`", "#   ")
+        ] + [
+            f"# `{module}.{cls}.{name}`"
+            for module, name, cls in attach
+            if (module, cls) not in self.classes
+        ]
+        files = sorted(
+            {f for module, names in ready.items() for n, _ in names for f in importers(module, n)}
+        )
+        script = any((m, n) in self.script_imports for m, names in ready.items() for n, _ in names)
+        where = t[
+            ("where" if script else "where_files")
+            if files
+            else ("where_script" if script else "where_none")
+        ].format(files=", ".join(files))
+        lines = [t["mine"].format(imports="\n".join(shown), where=where)]
+        modules = [*ready, *(m for m, _, c in attach if (m, c) not in self.classes)]
+        lines += [f"import {m}" for m in dict.fromkeys(modules)] + [""]
+        if provided:  # names the definitions above use, from the repository
+            self.bound |= {_bound(ast.parse(x)).pop() for x in provided}
+            lines += [t["provided"], *_imports(provided), ""]
+        if attach:
+            lines.append(t["methods"])
+            lines += [
+                f"{cls if (module, cls) in self.classes else f'{module}.{cls}'}.{name} = {name}"
+                for module, name, cls in attach
+            ]
+        for module, names in ready.items():
+            lines += _wrap(f"use_mine({module}, ", [n for n, _ in names], ")")
+        cell = nbformat.v4.new_code_cell("\n".join(lines))
+        self.cells.insert(next(i for i, c in enumerate(self.cells) if c is self.after) + 1, cell)
+
+
+def _imports(lines):
+    """Import lines, sorted, those from one module joined."""
+    plain, by_module = [], {}
+    for line in lines:
+        m = re.fullmatch(r"from (\S+) import (\w+)", line)
+        if m:
+            by_module.setdefault(m.group(1), []).append(m.group(2))
+        else:
+            plain.append(line)
+    return sorted(plain) + [
+        x
+        for module in sorted(by_module)
+        for x in _wrap(f"from {module} import ", sorted(by_module[module]), "")
+    ]
+
+
+def _wrap(head, names, tail, indent="    "):
+    """head + the names, comma-separated, + tail, in lines of at most 99 columns."""
+    lines, line = [], head
+    for n, name in enumerate(names):
+        item = name + (", " if n < len(names) - 1 else tail)
+        if len(line) + len(item.rstrip()) > 99 and line.strip() != head.strip():
+            lines.append(line.rstrip())
+            line = indent
+        line += item
+    return [*lines, line]
 
 
 def _macro(page, lang, line, m):
@@ -206,8 +552,8 @@ def _macro(page, lang, line, m):
 
 
 def expand_macros(page, lang, lines):
-    """The page's lines with its macros expanded outside code, as the site does; {{ output }} lines
-    are kept."""
+    """The page's lines with its macros expanded outside code, as the site does; {{ output }} and
+    {{ figure }} lines are kept."""
     lines = pages.conditional_blocks(lines, page)
     if lang == "zh":  # a break between Chinese characters is no space
         lines = join_cjk_lines(lines)
@@ -215,7 +561,7 @@ def expand_macros(page, lang, lines):
     for line in lines:
         if line.lstrip().startswith("```"):
             in_code = not in_code
-        if in_code or OUTPUT.match(line):
+        if in_code or OUTPUT.match(line) or FIGURE_LINE.match(line):
             out.append(line)
         else:
             expanded = pages.MACRO.sub(lambda m, line=line: _macro(page, lang, line, m), line)
@@ -241,6 +587,67 @@ def _output(b, page, lang, line):
     return block.split("\n")
 
 
+def _figure(b, page, lang, line):
+    """A figure that the notebook's own run draws: a cell that shows the file that run wrote (the
+    book's figure until then), then the page's provenance line. Other figures (the diagrams, the
+    benchmark's) stay images from the site."""
+    m = pages.MACRO.search(line)
+    block = _macro(page, lang, line, m)
+    name = m.group(2).split(",", 1)[0].strip().strip("'\"")
+    if b.hidden or pages.figure_provenance(name)["script"] not in b.scripts:
+        return block.split("\n")
+    image, _, rest = block.partition("\n")
+    svg = f"{name}_{lang}.svg"
+    t = TEXT[lang]
+    b.code(
+        "\n".join([*t["figure"]]).format(path=f"out/figures/{svg}")
+        + "\nfrom IPython.display import SVG, display\n\n"
+        f'drawn = Path(os.environ.get("BOOK_OUT", "out"), "figures", "{svg}")\n'
+        "if drawn.is_file():\n"
+        "    display(SVG(filename=str(drawn)))\n"
+        "else:\n"
+        f'    print("{t["figure_book"]}")\n'
+        f'    display(SVG(filename="docs/figures/{svg}"))'
+    )
+    alt = re.match(r"!\[(.*)\]\(", image)
+    b.cells[-1].outputs = [  # shown before the cell runs: the book's figure, from the site
+        nbformat.v4.new_output(
+            "display_data",
+            data={"text/markdown": image, "text/plain": alt.group(1) if alt else name},
+        )
+    ]
+    return rest.split("\n")
+
+
+def download_cell(lang):
+    """Chapter 1's download commands as a cell that downloads only once the reader asks for it."""
+    t = TEXT[lang]
+    return "\n".join(
+        [
+            *t["download"],
+            "DOWNLOAD = False",
+            "if DOWNLOAD:",
+            "    !python scripts/download.py",
+            "    # !HF_ENDPOINT=https://hf-mirror.com python scripts/download.py",
+            "    # !python scripts/download.py --source modelscope",
+            f"    {t['forget']}",
+            '    os.environ.pop("QWEN_MODEL", None)',
+            '    print("weights:", find_model())',
+            "else:",
+            f'    print("{t["download_else"]}",',
+            '          os.environ.get("QWEN_MODEL") or find_model())',
+        ]
+    )
+
+
+def _skipped(lang, lang_tag, reason):
+    """What the notebook says under a block it does not run: the page's reason, where the page
+    gives it in the edition's language."""
+    if lang == "zh" and not re.search(r"[\u4e00-\u9fff]", reason):
+        return TEXT[lang]["skipped_shell" if lang_tag in ("bash", "sh") else "skipped_code"]
+    return TEXT[lang]["skipped"].format(reason=reason)
+
+
 def build(lang, name, expanded):
     """The notebook of one chapter page; `expanded` is the page's Markdown with its snippets
     expanded."""
@@ -248,7 +655,15 @@ def build(lang, name, expanded):
     meta = yaml.safe_load(front) or {}
     page = SimpleNamespace(file=SimpleNamespace(src_uri=f"{lang}/{name}"), meta=meta)
     _, repo_name, repo, _ = _repo()
-    b = Builder()
+    b = Builder(lang)
+    b.script_imports = {
+        (n.module, a.name)
+        for script, text in SCRIPTS.items()
+        if text in body
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
     lines, i, skip, intro = flatten(expand_macros(page, lang, body.split("\n"))), 0, None, False
     while i < len(lines):
         line = lines[i]
@@ -259,6 +674,9 @@ def build(lang, name, expanded):
             continue
         if OUTPUT.match(line):  # its text may hold fences and admonitions: open them up
             lines[i : i + 1] = flatten(_output(b, page, lang, line))
+            continue
+        if FIGURE_LINE.match(line):
+            lines[i : i + 1] = _figure(b, page, lang, line)
             continue
         fence = FENCE.match(line)
         if fence:
@@ -280,10 +698,12 @@ def build(lang, name, expanded):
                 b.text += [f"```{lang_tag}", source, "```"]
             elif lang_tag in ("bash", "sh") and skip is None:
                 b.code("%%bash\n" + source) if not b.hidden else b.code(source, lang_tag)
+            elif lang_tag in ("bash", "sh") and DOWNLOAD.search(source) and not b.hidden:
+                b.code(download_cell(lang))  # in the notebook the download is a cell to run
             else:
                 b.text += [f"```{lang_tag}", source, "```"]
                 if skip is not None:
-                    b.text += ["", TEXT[lang]["skipped"].format(reason=skip)]
+                    b.text += ["", _skipped(lang, lang_tag, skip)]
             skip = None
             continue
         i += 1
@@ -303,6 +723,9 @@ def build(lang, name, expanded):
             ]
             b.flush()
             b.code(SETUP.format(name=repo_name, repo=repo))
+            if not DOWNLOAD.search(body):  # else the download is where the page shows it
+                b.text.append(TEXT[lang]["download_intro"])
+                b.code(download_cell(lang))
             intro = True
     b.flush()
     for n, cell in enumerate(b.cells):

@@ -1,6 +1,7 @@
 """The chapter notebooks: generated from the pages, current, and runnable top to bottom on the tiny
 test model."""
 
+import io
 import json
 import os
 import re
@@ -9,10 +10,14 @@ import site
 import subprocess
 import sys
 import time
+import tokenize
+import types
 from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from IPython.display import SVG
 from nbclient import NotebookClient
 
 from book import notebooks, pages, tiny
@@ -30,11 +35,41 @@ def generated():
     return notebooks.build_all()
 
 
+def without_comments(source):
+    """A cell's code as Python runs it (shell escapes and cell magics as IPython turns them into
+    calls), its comments dropped: what the editions may say differently."""
+    code = TransformerManager().transform_cell(source)
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(code).readline)
+        code = tokenize.untokenize(t for t in tokens if t.type != tokenize.COMMENT)
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return "\n".join(line.rstrip() for line in code.splitlines() if line.strip())
+
+
 def code_of(text, lang=None):
-    """The code cells; with lang, the edition's language argument (the checks' messages) read as
-    zh."""
-    cells = [c.source for c in nbformat.reads(text, as_version=4).cells if c.cell_type == "code"]
-    return [re.sub(rf'\blang="{lang}"', 'lang="zh"', c) for c in cells] if lang else cells
+    """The code cells, without their comments; with lang, the edition's language argument (the
+    checks' messages) and the strings it prints read as zh."""
+    cells = [
+        without_comments(c.source)
+        for c in nbformat.reads(text, as_version=4).cells
+        if c.cell_type == "code"
+    ]
+    if lang:
+        cells = [re.sub(rf'\blang="{lang}"', 'lang="zh"', c) for c in cells]
+        for key in ("download_else", "figure_book"):
+            cells = [c.replace(notebooks.TEXT[lang][key], notebooks.TEXT["zh"][key]) for c in cells]
+        cells = [re.sub(rf'_{lang}\.svg"', '_zh.svg"', c) for c in cells]  # the edition's figure
+    return cells
+
+
+def page_code(nb):
+    """The code cells that come from the page: not the setup or the download cell."""
+    return [c.source for c in nb.cells[2:] if c.cell_type == "code" and not is_download(c)]
+
+
+def is_download(cell):
+    return cell.cell_type == "code" and "\nDOWNLOAD = False\n" in cell.source
 
 
 def test_every_chapter_page_of_both_editions_has_a_notebook(generated):
@@ -90,12 +125,64 @@ def test_a_skipped_block_stays_text():
         '<!--pytest.mark.skip(reason="needs the hub")-->\n```bash\nhf download x\n```\n'
         '\n```python title="a.py"\nprint(1)\n```\n',
     )
-    code = [c.source for c in nb.cells if c.cell_type == "code"]
-    assert code[1:] == ["print(1)"]
+    assert page_code(nb) == ["print(1)"]
     assert (
         "```bash\nhf download x\n```" in nb.cells[-2].source
         and "needs the hub" in nb.cells[-2].source
     )
+
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.mark.parametrize("lang", notebooks.LANGS)
+def test_every_notebook_offers_the_download_as_a_cell_that_waits(lang, generated):
+    """A cell that downloads the official weights when the reader sets DOWNLOAD = True (in Colab,
+    say); "Run all" leaves it alone. Chapter 1 has it where the page shows the commands, the other
+    chapters right under the setup cell."""
+    for path, text in generated.items():
+        if path.parent.name != lang:
+            continue
+        nb = nbformat.reads(text, as_version=4)
+        cells = [c for c in nb.cells if is_download(c)]
+        assert len(cells) == 1, path
+        at = next(i for i, c in enumerate(nb.cells) if c is cells[0])
+        if path.stem == "01-weights":
+            intro = nb.cells[at - 1].source  # under the page's words
+            assert "1.75 GB" in intro and intro != notebooks.TEXT[lang]["download_intro"]
+        else:
+            assert at == 3 and nb.cells[2].source == notebooks.TEXT[lang]["download_intro"]
+        comments = [line for line in cells[0].source.splitlines() if line.startswith("# ")]
+        assert all(bool(CJK.search(line)) == (lang == "zh") for line in comments[:4]), comments
+        assert "CI cannot reach" not in text  # the reason the page gives its tests
+
+
+def test_the_download_cell_runs_the_download_script_only_when_asked():
+    cell = next(
+        c
+        for c in nbformat.read(notebooks.notebook_path("zh", "01-weights.md"), 4).cells
+        if is_download(c)
+    )
+    code = TransformerManager().transform_cell(cell.source)  # Python, once IPython reads `!`
+    for asked in (False, True):
+        shell, env = [], {"QWEN_MODEL": "/tiny"}
+        ipython = types.SimpleNamespace(system=shell.append)
+        scope = {
+            "get_ipython": lambda ipython=ipython: ipython,
+            "os": types.SimpleNamespace(environ=env),
+            "find_model": lambda env=env: env.get("QWEN_MODEL", "models/Qwen3.5-0.8B"),
+        }
+        exec(code.replace("DOWNLOAD = False", f"DOWNLOAD = {asked}"), scope)
+        assert shell == (["python scripts/download.py"] if asked else [])
+        # then find_model() finds what it downloaded, not the tiny model
+        assert ("QWEN_MODEL" in env) == (not asked)
+
+
+def test_a_chinese_notebook_gives_no_english_reason():
+    for path in sorted((NOTEBOOKS / "zh").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for reason in re.findall(r"（这个命令在这里不运行：(.*?)）", cell.source):
+                assert CJK.search(reason), (path.name, reason)
 
 
 def test_an_admonition_is_opened_up_so_its_code_runs():
@@ -105,7 +192,7 @@ def test_an_admonition_is_opened_up_so_its_code_runs():
         '---\nchapter: 1\n---\n# 1. X\n\n!!! tip "Try"\n    Here:\n\n'
         "    ```python\n    x = 1\n    ```\n",
     )
-    assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["x = 1"]
+    assert page_code(nb) == ["x = 1"]
     assert "**Try**" in nb.cells[-2].source and "Here:" in nb.cells[-2].source
 
 
@@ -118,7 +205,7 @@ def test_a_collapsed_solution_stays_collapsed_and_is_not_run():
         '---\nchapter: 1\n---\n# 1. X\n\n```python\ny = TODO("a hint")\n```\n\n'
         '??? success "Solution"\n    Here:\n\n    ```python\n    y = 1\n    ```\n\nAfter.\n',
     )
-    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]
+    code = page_code(nb)
     assert code == ['y = TODO("a hint")']
     solution = nb.cells[-2]
     assert solution.cell_type == "markdown" and solution.source.startswith(
@@ -176,12 +263,28 @@ def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, tmp_path)
     for cell in nb.cells:  # the chapter script itself: `regen --check` runs it (test_book.py)
         if cell.cell_type == "code" and RUN_SCRIPT.fullmatch(cell.source.strip()):
             cell.source = f"# {cell.source.splitlines()[-1]}: run by python -m book.regen --check"
+    seconds = execute(nb, path, tmp_path)
+    setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    # it found the repository and the tiny model
+    assert "weights:" in setup and str(tiny.path()) in setup
+    assert seconds < MAX_SECONDS, f"{path.name} took {seconds:.0f} s"
+    # the figures shown are the ones this run drew, not the book's
+    for cell in figure_cells(nb):
+        svg = [
+            o["data"]["image/svg+xml"] for o in cell.outputs if "image/svg+xml" in o.get("data", {})
+        ]
+        assert len(svg) == 1 and "<svg" in svg[0], cell.source
+        assert notebooks.TEXT[lang]["figure_book"] not in printed(cell)
+
+
+def execute(nb, path, out, allow_errors=False):
+    """Run a notebook in place on the tiny model, its scripts writing under `out`; the seconds."""
     env = {
         **os.environ,
         "QWEN_MODEL": str(tiny.path()),
         "HF_HUB_OFFLINE": "1",
         "MPLBACKEND": "Agg",
-        "BOOK_OUT": str(tmp_path),
+        "BOOK_OUT": str(out),
         "OMP_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -190,16 +293,145 @@ def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, tmp_path)
         nb,
         timeout=300,
         kernel_name="python3",
-        allow_errors=False,
+        allow_errors=allow_errors,
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
     client.execute(env=env)
-    seconds = time.perf_counter() - start
-    setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
-    # it found the repository and the tiny model
-    assert "weights:" in setup and str(tiny.path()) in setup
-    assert seconds < MAX_SECONDS, f"{path.name} took {seconds:.0f} s"
+    return time.perf_counter() - start
+
+
+def printed(cell):
+    return "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
+
+
+def figure_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and "display(SVG(" in c.source]
+
+
+# ------------------------------------------------------------------------- the reader's own code
+def use_mine_of_setup():
+    """use_mine, as the first cell defines it."""
+    setup = notebooks.SETUP
+    source = setup[setup.index("def use_mine") : setup.index("\n\n\nfrom qwen.weights")]
+    scope = {"sys": sys}
+    exec(source, scope)
+    return scope["use_mine"]
+
+
+def test_use_mine_replaces_the_definition_where_the_package_holds_it():
+    """In the module, and in every qwen module that imported it already; nowhere else; and again
+    when the reader runs the cells a second time."""
+    use_mine = use_mine_of_setup()
+
+    def X():  # the repository's
+        return "theirs"
+
+    home, user, elsewhere = (types.ModuleType(n) for n in ("qwen._t_home", "qwen._t_user", "_t"))
+    for m in (home, user, elsewhere):
+        m.X = X
+    user.Y = X  # imported under another name: not a `from qwen._t_home import X`
+    names = ["qwen._t_home", "qwen._t_user", "_t"]
+    sys.modules.update(zip(names, (home, user, elsewhere)))
+    try:
+        first = types.FunctionType(X.__code__, {}, "X")
+        use_mine(home, first)
+        assert home.X is first and user.X is first
+        assert elsewhere.X is X and user.Y is X
+        second = types.FunctionType(X.__code__, {}, "X")  # the cell run again, edited
+        use_mine(home, second)
+        assert home.X is second and user.X is second
+    finally:
+        for n in names:
+            del sys.modules[n]
+
+
+@pytest.mark.parametrize("lang", notebooks.LANGS)
+def test_the_readers_rmsnorm_is_handed_to_the_package_before_the_script_runs(lang, generated):
+    nb = nbformat.reads(generated[notebooks.notebook_path(lang, "03-norm.md")], as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    defines = next(
+        i for i, c in enumerate(code) if c.startswith("import torch") and "class RMSNorm(" in c
+    )
+    hands = code[defines + 1]
+    assert "import qwen.norm\n" in hands and "\nuse_mine(qwen.norm, RMSNorm)" in hands
+    assert "qwen/model.py" in hands  # it says where the package uses it
+    script = code.index((ROOT / "scripts" / "ch03_norm.py").read_text().strip())
+    assert defines + 1 < script
+    comment = "\n".join(line for line in hands.splitlines() if line.startswith("#"))
+    assert bool(re.search(r"[\u4e00-\u9fff]", comment)) == (lang == "zh")
+
+
+def test_a_class_shown_in_parts_is_handed_over_whole():
+    """Chapter 5 shows Attention's __init__, then its other methods on their own: they go back into
+    the notebook's class before the class goes to the package."""
+    nb = nbformat.read(notebooks.notebook_path("en", "05-attention.md"), as_version=4)
+    hands = next(c.source for c in nb.cells if "use_mine(qwen.attention" in c.source)
+    for method in ("forward", "project", "attend"):
+        assert f"\nAttention.{method} = {method}\n" in hands
+    assert hands.index("Attention.forward =") < hands.index("use_mine(qwen.attention, Attention)")
+
+
+def test_only_the_repositorys_code_is_handed_over():
+    """An exercise's attempt (a TODO), or a function of the same name written differently, is not
+    the package's code: it stays in the notebook."""
+    page = "---\nchapter: 3\n---\n# 3. X\n\n```python\n{}\n```\n\n```python\nprint(1)\n```\n"
+    theirs = (ROOT / "qwen" / "norm.py").read_text().split("# --8<-- [end:rmsnorm]")[0]
+    same = notebooks.build("en", "x.md", page.format(theirs))
+    assert any("use_mine(qwen.norm, RMSNorm)" in c.source for c in same.cells)
+    changed = notebooks.build("en", "x.md", page.format(theirs.replace("1 + self", "2 + self")))
+    assert not any(
+        "use_mine(" in c.source and "def use_mine" not in c.source for c in changed.cells
+    )
+
+
+@pytest.mark.parametrize("name", ["03-norm.md"])
+def test_the_notebook_runs_top_to_bottom_with_the_readers_edit(name, tmp_path):
+    """Drop the `1 +` from the notebook's RMSNorm, as a reader might: the chapter's script, and
+    the whole model qwen/model.py builds, change with it."""
+    path = notebooks.notebook_path("en", name)
+    probe = nbformat.v4.new_code_cell(
+        "from qwen.model import from_pretrained\n"
+        "model = from_pretrained(find_model())\n"
+        'print("model norms are the notebook\'s:", type(model.norm) is RMSNorm,\n'
+        "      type(model.layers[0].input_layernorm) is RMSNorm)\n"
+        "logits = model(torch.tensor([[1, 2, 3]]))[0, -1, :3]\n"
+        'print("logits:", [f"{v:.4f}" for v in logits.tolist()])'
+    )
+    runs = {}
+    for edited in (False, True):
+        nb = nbformat.read(path, as_version=4)
+        cell = next(c for c in nb.cells if c.cell_type == "code" and "class RMSNorm(" in c.source)
+        assert "(x32 * (1 + self.weight.float()))" in cell.source
+        if edited:
+            cell.source = cell.source.replace("(1 + self.weight.float())", "self.weight.float()")
+        nb.cells.append(probe)
+        out = tmp_path / ("edited" if edited else "as-shown")
+        execute(nb, path, out, allow_errors=edited)
+        failed = [
+            c.source
+            for c in nb.cells
+            if any(o["output_type"] == "error" for o in c.get("outputs", []))
+        ]
+        # the page's own check of a fresh norm (rms 1 at w = 0) catches the edit at once
+        assert failed == (
+            [c.source for c in nb.cells if "torch.ones(3), atol" in c.source] if edited else []
+        )
+        script = next(c for c in nb.cells if c.source == notebooks.SCRIPTS["scripts/ch03_norm.py"])
+        runs[edited] = printed(script).splitlines(), printed(nb.cells[-1]).splitlines()
+        # the figure shown is the one this run wrote
+        shown = figure_cells(nb)[0].outputs[0]["data"]["image/svg+xml"]
+        drawn = SVG(filename=str(out / "figures" / "ch03_norm_scales_en.svg")).data
+        assert shown == drawn
+    (script, model), (script_edited, model_edited) = runs[False], runs[True]
+    for lines in (script + model, script_edited + model_edited):  # shown by pytest -s
+        print("\n".join(lines))
+    assert script[0] == script_edited[0]  # the embeddings: before any norm
+    key = "after layer 0's input_layernorm"
+    changed = [a for a, b in zip(script, script_edited) if a != b]
+    assert any(key in line for line in changed), changed
+    assert model[0] == model_edited[0] == "model norms are the notebook's: True True"
+    assert model[1] != model_edited[1], model  # the whole model ran the reader's norm
 
 
 COLAB_CHECK = """
