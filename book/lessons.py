@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from book.exercises import Unsolved
+
 LANG = "zh"
 
 
@@ -22,9 +24,11 @@ def t(zh, en):
     return zh if LANG == "zh" else en
 
 
-def TODO(what):
-    """The placeholder in an exercise: replace the call with your code."""
-    raise NotImplementedError(what)
+def TODO(zh, en=None):
+    """占位：把这个调用换成你的代码。The placeholder: replace the call with your code.
+
+    TODO("中文提示", "English hint"): the check shows the hint of the notebook's edition."""
+    raise Unsolved(zh, en)
 
 
 def say(text, width=88):
@@ -159,7 +163,8 @@ def _attempt(n, fn, *args):
     try:
         return fn(*args)
     except NotImplementedError as e:
-        say(t(f"作业 {n}：还没做（{e}）", f"Exercise {n}: not solved yet ({e})"))
+        hint = t(e.zh, e.en) if isinstance(e, Unsolved) else str(e)
+        say(t(f"作业 {n}：还没做（提示：{hint}）", f"Exercise {n}: not solved yet (hint: {hint})"))
         return NOT_DONE
 
 

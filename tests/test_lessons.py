@@ -1,7 +1,7 @@
 """The lesson notebooks: stored as a clean run, the same code in both editions, exercises solvable
 and checked."""
 
-import importlib
+import importlib.util
 import inspect
 import math
 import re
@@ -146,6 +146,97 @@ def test_exercise_3_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes
     )
     assert check_embed_and_project(noise, minilm, words) is False
     assert check_embed_and_project(solution.embed_and_project, minilm, words) is True
+
+
+# -------------------------------------------------------- hints and verdicts in the page's language
+CJK = re.compile(r"[\u4e00-\u9fff]")
+TODO_CALL = re.compile(r"\bTODO\(\s*(\"[^\"]*\")\s*(?:,\s*(\"[^\"]*\")\s*)?,?\s*\)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_placeholder_carries_a_chinese_and_an_english_hint(name):
+    cells = [c for c in read("en", name).cells if "exercise" in c.metadata.get("tags", [])]
+    calls = [m for c in cells for m in TODO_CALL.finditer(c.source)]
+    assert len(calls) >= len(cells) == 3, f"{name}: every exercise holds a TODO"
+    for m in calls:
+        zh, en = m.group(1), m.group(2)
+        assert en is not None, f'{name}: TODO({zh}) has one hint: give TODO("中文", "English")'
+        assert CJK.search(zh) and not CJK.search(en), f"{name}: TODO({zh}, {en})"
+
+
+def test_a_chinese_notebook_says_not_solved_with_its_hint_in_chinese(capsys):
+    """The same placeholder in both editions; its verdict and hint in the notebook's language."""
+    shift_matrix = placeholders("zh", "positional")["shift_matrix"]
+    try:
+        lessons.setup("zh")
+        assert check_shift_matrix(shift_matrix) is False
+        zh = said(capsys)
+    finally:
+        lessons.setup("en")
+    assert check_shift_matrix(shift_matrix) is False
+    en = said(capsys)
+    assert zh.startswith("作业 1：还没做（提示：") and CJK.search(zh.split("提示：", 1)[1]), zh
+    assert en.startswith("Exercise 1: not solved yet (hint: a block-diagonal matrix"), en
+    # a TODO with one hint shows it in both editions
+    assert check_lookup(lambda table, ids: TODO("table[ids]")) is False
+    assert "(hint: table[ids])" in said(capsys)
+
+
+# ------------------------------------------------------------------ running outside a clone (Colab)
+FIND_SPEC = importlib.util.find_spec
+
+
+def setup_cell(name, lang="en"):
+    code = [c for c in read(lang, name).cells if c.cell_type == "code"]
+    assert "from book" not in code[0].source, "the first code cell sets up before any import"
+    return code[0].source
+
+
+def run_setup(source, monkeypatch, book_importable):
+    """Run a setup cell with subprocess.run recorded (nothing is cloned or installed); the commands
+    it ran, and the ROOT it settled on."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kwargs: ran.append(list(args)))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda n, *a: FIND_SPEC(n, *a) if book_importable or n != "book" else None,
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv("BOOK_REPO", raising=False)
+    namespace = {}
+    exec(compile(source, "<setup cell>", "exec"), namespace)
+    return ran, namespace["ROOT"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_setup_cell_clones_and_installs_the_book_only_where_book_cannot_be_imported(
+    name, monkeypatch, tmp_path
+):
+    source = setup_cell(name)
+    assert source == setup_cell(name, "zh")
+    repo_url = re.search(r"^repo_url: (\S+)", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
+
+    monkeypatch.chdir(path_of(name, "en").parent)  # inside the clone: nothing to do
+    assert run_setup(source, monkeypatch, book_importable=True) == ([], ROOT)
+
+    monkeypatch.chdir(tmp_path)  # Colab: no clone around, no `book` to import
+    ran, root = run_setup(source, monkeypatch, book_importable=False)
+    assert root == tmp_path / "transformer-by-hand"
+    assert ran[0] == ["git", "clone", "--depth", "1", repo_url, str(root)]
+    assert ran[1][1:6] == ["-m", "pip", "install", "-q", "-e"] and ran[1][6] == str(root)
+    assert len(ran) == 2
+
+    (tmp_path / "transformer-by-hand").mkdir()  # run again: the clone is there, installed once more
+    ran, _ = run_setup(source, monkeypatch, book_importable=False)
+    assert [args[1:4] for args in ran] == [["-m", "pip", "install"]]
+
+    ran, root = run_setup(source, monkeypatch, book_importable=True)  # installed, not a clone
+    assert ran == [] and root == ROOT
 
 
 # ------------------------------------------------------------------- the positional lesson's checks
