@@ -133,9 +133,12 @@ with torch.device("meta"):
 show = lambda v: "" if v is None else v if isinstance(v, str) else str(list(v.shape))  # noqa: E731
 print(f"\n{ids6.shape[1]} tokens of {text!r} through every step, shapes [B, T, ...]:")
 print(f"{'step':<40} {'this model':<18} Qwen3.5-0.8B (meta device)")
-for (step, a), (_, b) in zip(steps(model, ids6), steps(big, ids6.to("meta"))):
+rows, big_rows = steps(model, ids6), steps(big, ids6.to("meta"))
+for (step, a), (_, b) in zip(rows, big_rows):
     print(f"{step:<40} {show(a):<18} {show(b)}".rstrip())
-record(trace_tokens=ids6.shape[1])
+big_rows = dict(big_rows)
+record(trace_tokens=ids6.shape[1], state_08b=show(big_rows["  state  one k x v matrix per head"]),
+       kv_08b=show(big_rows["  cache.k  keys after RoPE"]))
 # --8<-- [end:trace]
 
 
