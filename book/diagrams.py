@@ -168,13 +168,17 @@ def diagram_stack(t):
             x,
             y - 0.45,
             2.25,
-            0.9,
+            0.8,
             f"{t('第', 'layer ')}{i}{t(' 层', '')}\n{name}",
             "deltanet" if kind == "linear_attention" else "attention",
             size=8.5,
         )
         if j < per - 1:
             arrow(ax, (x + 1.13, y - 0.45), (x + col_w - 1.13, y - 0.45), lw=0.8)
+        elif g < groups - 1:  # the row's last layer feeds the next row's first
+            first, mid = x - (per - 1) * col_w, y - 0.85 - (row_h - 0.8) / 2
+            line(ax, [x, x, first], [y - 0.85, mid, mid], lw=0.8)
+            arrow(ax, (first, mid), (first, y - row_h - 0.05), lw=0.8)
     bottom = top - groups * row_h
     left, right = cx - per * col_w / 2 - 0.1, cx + per * col_w / 2 + 0.1
     ax.add_patch(
@@ -484,8 +488,8 @@ def diagram_deltanet(t):
         size=8.5,
         color="black",
     )
-    shape(ax, sx, sy - 1.45, f"[B, {H}, {dk}, {dv}]")
-    arrow(ax, (sx, sy - 1.7), (sx, 2.9))
+    shape(ax, sx + 4.35, sy, f"S [B, {H}, {dk}, {dv}]", ha="left")
+    arrow(ax, (sx, sy - 1.1), (sx, 2.9))
     shape(ax, sx + 0.25, 3.3, f"o [B, T, {H}, {dv}]", ha="left")
     arrow(ax, (xz, 13.2), (xz, 2.9 + 0.0))
     shape(ax, xz + 0.2, 7.0, f"z [B, T, {H}, {dv}]", ha="left")
@@ -525,11 +529,12 @@ def diagram_chunked(t):
     cfg = config()
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
     C = inspect.signature(chunk_gated_delta_rule).parameters["chunk_size"].default
-    fig, ax = canvas(23, 12.4)
+    fig, ax = canvas(23, 13.3)
+    parallel, serial = "#e3f1dc", "#fde6cc"
     note(
         ax,
         11.5,
-        12.0,
+        12.9,
         t(
             f"把 T 个 token 切成每块 C = {C} 个（末块补零：β = g = 0 的步什么也不改）",
             f"cut T tokens into chunks of C = {C} (the last one zero-padded: steps with β = g = 0 "
@@ -540,19 +545,37 @@ def diagram_chunked(t):
     note(
         ax,
         11.4,
-        11.35,
+        12.25,
         t("块内累积的对数衰减", "the log decay summed inside a chunk"),
         ha="right",
         size=8.5,
     )
-    math(ax, 11.6, 11.35, r"$\gamma_i = \sum_{s \leq i} g_s$", ha="left")
+    for x, color, words in [
+        (
+            1.3,
+            parallel,
+            t(
+                "所有块一起算（并行：一次批量矩阵运算）",
+                "all chunks at once (in parallel, batched)",
+            ),
+        ),
+        (
+            12.2,
+            serial,
+            t("一块接一块（循环，带着状态 S）", "one chunk after another (a loop carrying S)"),
+        ),
+    ]:
+        ax.add_patch(Rectangle((x, 11.3), 0.6, 0.4, facecolor=color, edgecolor="#999999", lw=0.6))
+        note(ax, x + 0.8, 11.5, words, ha="left", size=8.5)
+    math(ax, 11.6, 12.25, r"$\gamma_i = \sum_{s \leq i} g_s$", ha="left")
     xs = [4.2, 11.5, 18.8]
     for i, x in enumerate(xs):
-        ax.add_patch(
-            Rectangle(
-                (x - 2.9, 3.9), 5.8, 6.9, facecolor="#f7f9fc", edgecolor="#999999", linewidth=0.8
+        for y0, h, color in ((5.35, 5.45, parallel), (3.9, 1.45, serial)):
+            ax.add_patch(
+                Rectangle(
+                    (x - 2.9, y0), 5.8, h, facecolor=color, edgecolor="#999999", linewidth=0.8
+                )
             )
-        )
         note(
             ax,
             x,
@@ -591,6 +614,7 @@ def diagram_chunked(t):
             size=7.5,
         )
     states = [0.6, *[(a + b) / 2 for a, b in zip(xs, xs[1:])], 22.4]
+    ax.add_patch(Rectangle((0.0, 1.75), 23.0, 1.25, facecolor=serial, edgecolor="none"))
     for i, x in enumerate(states):
         ax.add_patch(
             FancyBboxPatch(
@@ -766,7 +790,685 @@ def diagram_caches(t):
     return fig
 
 
-DIAGRAMS = [diagram_stack, diagram_attention, diagram_deltanet, diagram_chunked, diagram_caches]
+# ------------------------------------------------------------------ the narrow diagrams (phones)
+# 13 units wide (5.5 in): at a phone's 358 px a 10 pt label renders near 9 px
+BIG, MONO = 10, 9.5
+
+
+def diagram_rope(t):
+    """Partial RoPE: one head's 256 dims, the first 64 turned in pairs (i, i + 32), the rest
+    passed through."""
+    cfg = config()
+    hd = cfg.head_dim
+    rot = int(hd * cfg.partial_rotary_factor)
+    half = rot // 2
+    fig, ax = canvas(13, 8.2)
+    x0, x1, y, h = 0.5, 12.5, 5.2, 1.0  # the head as one bar, drawn to scale
+    u = (x1 - x0) / hd  # units per dim
+    note(
+        ax,
+        6.5,
+        7.8,
+        t(f"一个头的 q 或 k：{hd} 维", f"one head of q or k: {hd} dims"),
+        size=BIG + 1,
+    )
+    parts = [
+        (0, half, "#f4a261", "x₁"),
+        (half, rot, "#fbe0c3", "x₂"),
+        (rot, hd, "#ececec", ""),
+    ]
+    for a, b, color, name in parts:
+        ax.add_patch(
+            Rectangle((x0 + a * u, y), (b - a) * u, h, facecolor=color, edgecolor=EDGE, lw=0.9)
+        )
+        if name:
+            note(ax, x0 + (a + b) / 2 * u, y + h / 2, name, size=BIG)
+    note(
+        ax,
+        x0 + (rot + hd) / 2 * u,
+        y + h / 2,
+        t(f"{hd - rot} 维原样通过", f"{hd - rot} dims pass through"),
+        size=BIG,
+    )
+    for d in (0, half, rot, hd):
+        shape(ax, x0 + d * u, y + h + 0.35, str(d), size=MONO)
+    note(
+        ax,
+        x0 + rot / 2 * u,
+        y + h + 1.05,
+        t(f"旋转 {rot} 维", f"{rot} dims turn"),
+        size=BIG,
+    )
+    # pair i of x1 turns with pair i of x2
+    arrow(ax, (x0 + half / 2 * u, y), (x0 + (half + half / 2) * u, y), style="<|-|>", rad=0.6)
+    note(ax, x0 + half * u, y - 0.75, t("第 i 对", "pair i"), size=BIG)
+    note(
+        ax,
+        0.5,
+        2.9,
+        t(
+            f"第 i 对 = (x₁[i], x₂[i])，i = 0…{half - 1}：{half} 对，\n"
+            f"在位置 p 转过角度 p·θ^(−2i/{rot})，θ = {n(int(cfg.rope_theta))}",
+            f"pair i = (x₁[i], x₂[i]), i = 0…{half - 1}: {half} pairs,\n"
+            f"turned at position p by the angle p·θ^(−2i/{rot}), θ = {n(int(cfg.rope_theta))}",
+        ),
+        ha="left",
+        size=BIG,
+    )
+    note(ax, 0.5, 1.4, t(f"前 {rot} 维：", f"first {rot}:"), ha="left", size=BIG)
+    math(
+        ax,
+        3.0,
+        1.4,
+        r"$[x_1, x_2] \to [x_1 \cos - x_2 \sin,\ x_2 \cos + x_1 \sin]$",
+        ha="left",
+        size=BIG,
+    )
+    note(
+        ax,
+        0.5,
+        0.6,
+        t(f"其余 {hd - rot} 维：不变", f"other {hd - rot}: unchanged"),
+        ha="left",
+        size=BIG,
+    )
+    return fig
+
+
+def diagram_int8(t):
+    """int8 with one scale per output row: max |w| of the row -> s = max / 127, q = round(w / s)."""
+    import torch
+
+    from qwen.quant import quantize_int8
+
+    cfg = config()
+    rows, cols = 4, 5
+    # three decimals, so that what the figure shows is exactly what is quantized
+    w = (torch.randn(rows, cols, generator=torch.Generator().manual_seed(0)) * 50).round() / 1000
+    q, s = quantize_int8(w)
+    big = w.abs().argmax(dim=1)
+    fig, ax = canvas(13, 11.6)
+    note(
+        ax,
+        6.5,
+        11.25,
+        t(
+            f"权重 w [out, in] 的一个 {rows} × {cols} 小例子（随机数）",
+            f"a {rows} × {cols} corner of a weight w [out, in] (random numbers)",
+        ),
+        size=BIG,
+    )
+    cw, ch, xw = 1.45, 0.62, 0.4  # cell width, height; left edge of the matrices
+
+    def matrix(top, values, fmt, highlight):
+        for r in range(rows):
+            for c in range(cols):
+                hit = c == int(big[r])
+                ax.add_patch(
+                    Rectangle(
+                        (xw + c * cw, top - (r + 1) * ch),
+                        cw,
+                        ch,
+                        facecolor=highlight if hit else "white",
+                        edgecolor="#bbbbbb",
+                        lw=0.6,
+                    )
+                )
+                shape(
+                    ax,
+                    xw + (c + 0.5) * cw,
+                    top - (r + 0.5) * ch,
+                    fmt(values[r][c]),
+                    size=MONO,
+                    color="black",
+                )
+
+    top_w, top_q = 10.1, 5.3
+    matrix(top_w, w.tolist(), lambda v: f"{v:+.3f}", "#fbe0c3")
+    xs, xq = xw + cols * cw + 0.5, xw + cols * cw + 2.85
+    note(ax, xs + 0.9, top_w + 0.35, "max |w|", size=BIG)
+    note(ax, xq + 1.0, top_w + 0.35, "s = max/127", size=BIG)
+    for r in range(rows):
+        yy = top_w - (r + 0.5) * ch
+        shape(ax, xs + 0.9, yy, f"{float(w[r].abs().max()):.3f}", size=MONO, color="black")
+        shape(ax, xq + 1.0, yy, f"{float(s[r]):.6f}", size=MONO)
+        arrow(ax, (xs + 1.6, yy), (xq + 0.05, yy), lw=0.7)
+    yb = top_w - rows * ch
+    arrow(ax, (xw + cols * cw / 2, yb - 0.15), (xw + cols * cw / 2, top_q + 0.65))
+    math(
+        ax,
+        xw + cols * cw / 2 + 0.3,
+        (yb + top_q) / 2 + 0.4,
+        r"$q = \mathrm{round}(w / s)$",
+        ha="left",
+        size=BIG,
+    )
+    note(
+        ax,
+        xw + cols * cw / 2 + 0.3,
+        (yb + top_q) / 2 - 0.3,
+        t("每行用自己的 s", "each row with its own s"),
+        ha="left",
+        size=BIG,
+    )
+    matrix(top_q, q.tolist(), lambda v: f"{v:d}", "#f4a261")
+    note(
+        ax,
+        xq + 1.0,
+        top_q - rows * ch / 2,
+        t("int8：每个 1 字节\n最大的 |w| 成了 ±127", "int8: 1 byte each\nthe largest |w| is ±127"),
+        size=BIG,
+    )
+    note(
+        ax,
+        0.4,
+        1.6,
+        t(
+            f"0.8B 的 gate_proj 有 {n(cfg.intermediate_size)} 行、{n(cfg.hidden_size)} 列：\n"
+            f"{n(cfg.intermediate_size)} 个 s，每行一个；读回时 w ≈ q · s",
+            f"0.8B's gate_proj has {n(cfg.intermediate_size)} rows of {n(cfg.hidden_size)}:\n"
+            f"{n(cfg.intermediate_size)} scales, one per row; read back as w ≈ q · s",
+        ),
+        ha="left",
+        size=BIG,
+    )
+    return fig
+
+
+def tokenizer():
+    """The real Qwen3.5 tokenizer (tokenizer.json rebuilt offline, in the tiny model's folder)."""
+    from tokenizers import Tokenizer
+
+    from book import tiny
+
+    return Tokenizer.from_file(str(tiny.path() / "tokenizer.json"))
+
+
+TOKENIZED = "Hello 世界!"  # English, a space, two Chinese characters: each step shows
+
+
+def visible(text):
+    """A space or line break made visible."""
+    return text.replace(" ", "␣").replace("\n", "↵")
+
+
+def diagram_tokenizer(t):
+    """The tokenizer's steps on one real string: NFC, the regex's pieces, UTF-8 bytes, one
+    character per byte, BPE merges, ids."""
+    tok = tokenizer()
+    text = tok.normalizer.normalize_str(TOKENIZED)
+    pieces = tok.pre_tokenizer.pre_tokenize_str(text)  # [(byte characters, (start, end))]
+    cols = []
+    for chars, (a, b) in pieces:
+        raw = text[a:b]
+        cols.append((raw, raw.encode().hex(" "), chars, tok.model.tokenize(chars)))
+    char_w = 0.2  # units per monospaced character at MONO
+    widths = [max(1.0, char_w * len(c[1]) + 0.5) for c in cols]
+    gap, x_left = 0.35, 0.5
+    total = sum(widths) + gap * (len(cols) - 1)
+    fig, ax = canvas(13, 12.6)
+    xs, x = [], x_left + (12.0 - total) / 2
+    for w in widths:
+        xs.append(x + w / 2)
+        x += w + gap
+    rows = [
+        (t("文本", "text"), None),
+        (t("NFC 规范化（这里没有变化）", "NFC normalization (nothing changes here)"), None),
+        (t("正则切成块：BPE 不会跨块合并", "the regex cuts pieces: BPE never merges across"), 0),
+        (t("每块的 UTF-8 字节（十六进制）", "each piece's UTF-8 bytes (hex)"), 1),
+        (t("每个字节换成一个可见字符", "each byte as one printable character"), 2),
+        (t("BPE 合并成词表里的词元", "BPE merges into vocabulary tokens"), 3),
+        (t("词元 id", "token ids"), 4),
+    ]
+    y = 11.9
+    for label, field in rows:
+        note(ax, x_left, y, label, ha="left", size=BIG)
+        yb = y - 0.75
+        if field is None:
+            box(ax, 6.5, yb, total, 0.7, visible(text), "io", size=BIG + 1)
+        for (raw, hexes, chars, toks), xc, w in zip(cols, xs, widths):
+            if field in (0, 1, 2):
+                label_ = [visible(raw), hexes, chars][field]
+                box(ax, xc, yb, w, 0.7, "", "io")
+                shape(ax, xc, yb, label_, size=MONO if field else BIG, color="black")
+            elif field in (3, 4):
+                sub = [max(3, len(tk.value)) for tk in toks]  # room for a 3-digit id
+                x = xc - w / 2
+                for tk, k in zip(toks, sub):
+                    ww = w * k / sum(sub)
+                    box(ax, x + ww / 2, yb, ww - 0.08, 0.7, "", "mlp" if field == 3 else "state")
+                    shape(
+                        ax,
+                        x + ww / 2,
+                        yb,
+                        tk.value if field == 3 else str(tk.id),
+                        size=MONO,
+                        color="black",
+                    )
+                    x += ww
+        y -= 1.72
+    return fig
+
+
+def chat_messages(t):
+    """The conversation the chat strip shows: a system turn and a user turn, in the edition's
+    language."""
+    system = t("你是一个乐于助人的助手。", "You are a helpful assistant.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": t("你好！", "Hi!")}]
+
+
+def diagram_chat(t):
+    """One chat prompt as the model reads it: every token of the ChatML markup and the turns,
+    coloured by what it is."""
+    from qwen.chat import chat_ids
+
+    tok = tokenizer()
+    ids = chat_ids(tok, chat_messages(t))
+    kinds = {
+        "markup": ("#f4a261", t("轮次标记", "turn markers")),
+        "role": ("#fbe0c3", t("角色", "role")),
+        "text": (COLORS["deltanet"], t("内容（普通文本）", "content (plain text)")),
+        "think": (COLORS["state"], t("思考标签", "think tags")),
+        "break": ("#ececec", t("换行 ↵", "line break ↵")),
+    }
+    added = {i: a.content for i, a in tok.get_added_tokens_decoder().items()}
+    fig, ax = canvas(13, 8.0)
+    x, y, row_h, char_w = 0.4, 7.5, 0.95, 0.2
+    previous = None
+    for i in ids:
+        word = tok.decode([i], skip_special_tokens=False)
+        if added.get(i) in ("<|im_start|>", "<|im_end|>"):
+            kind = "markup"
+        elif added.get(i) in ("<think>", "</think>"):
+            kind = "think"
+        elif previous == "<|im_start|>":
+            kind = "role"
+        elif not word.strip():
+            kind = "break"
+        else:
+            kind = "text"
+        label = visible(word) if kind != "text" else word.replace(" ", "␣")
+        w = char_w * sum(2 if "\u4e00" <= c <= "\u9fff" or c in "，。！" else 1 for c in label)
+        w += 0.3
+        if x + w > 12.6:
+            x, y = 0.4, y - row_h
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, y - 0.35),
+                w,
+                0.7,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor=kinds[kind][0],
+                edgecolor=EDGE,
+                linewidth=0.7,
+            )
+        )
+        shape(ax, x + w / 2, y, label, size=MONO, color="black")
+        x += w + 0.12
+        previous = added.get(i)
+    y -= 1.3
+    note(
+        ax,
+        0.4,
+        y,
+        t(
+            f"共 {len(ids)} 个词元，模型从最后一个之后开始回答",
+            f"{len(ids)} tokens; the model answers after the last",
+        ),
+        ha="left",
+        size=BIG,
+    )
+    y -= 0.9
+    for j, (color, name) in enumerate(kinds.values()):
+        yy = y - (j // 2) * 0.75
+        xx = 0.4 + (j % 2) * 6.3
+        ax.add_patch(
+            Rectangle((xx, yy - 0.22), 0.45, 0.44, facecolor=color, edgecolor=EDGE, lw=0.7)
+        )
+        note(ax, xx + 0.65, yy, name, ha="left", size=BIG)
+    return fig
+
+
+def diagram_prefill(t):
+    """Generation over time: one prefill call reads the whole prompt, then each decode call reads
+    one token; the KV caches grow, the DeltaNet states are read and replaced."""
+    cfg = config()
+    V, nkv, hd = cfg.vocab_size, cfg.num_key_value_heads, cfg.head_dim
+    n_full = cfg.layer_types.count("full_attention")
+    n_lin = cfg.layer_types.count("linear_attention")
+    H, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    fig, ax = canvas(13, 12.6)
+    prompt, steps = 4, 3  # prompt tokens drawn, decode calls drawn
+    cell, kv = 0.62, 0.3  # a token's cell; a KV cache column
+    px = 0.5  # the prefill column's left edge
+    pw = prompt * cell
+    pc = px + pw / 2
+    dx = [px + pw + 1.75 + i * 2.4 for i in range(steps)]  # decode columns' centres
+    calls = [pc, *dx]
+    gaps = [(pc + pw / 2 + 0.2 + dx[0] - 0.85) / 2] + [(a + b) / 2 for a, b in zip(dx, dx[1:])]
+    note(ax, pc, 12.2, t("预填充：1 次调用", "prefill: 1 call"), size=BIG)
+    for i, x in enumerate(dx):
+        note(ax, x, 12.2, t(f"解码 {i + 1}", f"decode {i + 1}"), size=BIG)
+    arrow(ax, (0.4, 11.65), (12.8, 11.65), color="#999999", lw=0.8)
+    note(ax, 12.8, 11.3, t("时间", "time"), ha="right", size=BIG - 1, color="#777777")
+    yin, ym, yout = 10.6, 8.6, 6.7
+    # inputs: the prompt, then each call's one token (the token the call before picked)
+    for j in range(prompt):
+        ax.add_patch(
+            Rectangle(
+                (px + j * cell, yin - 0.3), cell, 0.6, facecolor="white", edgecolor=EDGE, lw=0.8
+            )
+        )
+    for j, name in enumerate(["t₁", "t₂", "…", "tₙ"]):
+        note(ax, px + (j + 0.5) * cell, yin, name, size=BIG)
+    shape(ax, pc, yin - 0.62, "ids [1, n]", size=MONO)
+    for i, x in enumerate(dx):
+        ax.add_patch(
+            Rectangle(
+                (x - cell / 2, yin - 0.3), cell, 0.6, facecolor="#f4a261", edgecolor=EDGE, lw=0.8
+            )
+        )
+        note(ax, x, yin, f"y{'₁₂₃₄'[i]}", size=BIG)
+    shape(ax, dx[0], yin - 0.62, "[1, 1]", size=MONO)
+    # the model, once per call
+    arrow(ax, (pc, yin - 0.9), (pc, ym + 0.5))
+    box(ax, pc, ym, pw + 0.4, 1.0, t("模型\n全部 T = n", "model\nall T = n"), "mlp", size=BIG)
+    for x in dx:
+        arrow(ax, (x, yin - 0.3), (x, ym + 0.5))
+        box(ax, x, ym, 1.7, 1.0, t("模型\nT = 1", "model\nT = 1"), "mlp", size=BIG)
+    # outputs: the last position's scores -> the next token, which is the next call's input
+    for i, x in enumerate(calls):
+        arrow(ax, (x, ym - 0.5), (x, yout + 0.3))
+        ax.add_patch(
+            Rectangle(
+                (x - cell / 2, yout - 0.3), cell, 0.6, facecolor="#f4a261", edgecolor=EDGE, lw=0.8
+            )
+        )
+        note(ax, x, yout, f"y{'₁₂₃₄'[i]}", size=BIG)
+        if i < steps:
+            g = gaps[i]
+            line(ax, [x + cell / 2, g, g], [yout, yout, yin], color="#c0392b", lw=0.9)
+            arrow(ax, (g, yin), (dx[i] - cell / 2, yin), color="#c0392b", lw=0.9)
+    shape(ax, pc, yout - 0.62, f"logits [1, 1, {n(V)}]", size=MONO)
+    note(
+        ax,
+        pc,
+        yout - 1.15,
+        t("只算最后一个位置", "the last position only"),
+        size=BIG - 1,
+        color="#777777",
+    )
+    # the caches, read and written by every call
+    ykv, ydn = 3.95, 1.85
+    note(
+        ax,
+        0.4,
+        ykv + 0.8,
+        t(f"KV 缓存（{n_full} 个注意力层）", f"KV cache ({n_full} attention layers)"),
+        ha="left",
+        size=BIG,
+    )
+    for i, x in enumerate(calls):
+        cols = prompt + i
+        for c in range(cols):
+            new = i > 0 and c == cols - 1
+            ax.add_patch(
+                Rectangle(
+                    (x - cols * kv / 2 + c * kv, ykv - 0.35),
+                    kv,
+                    0.7,
+                    facecolor="#f4a261" if new else COLORS["attention"],
+                    edgecolor=EDGE,
+                    lw=0.5,
+                )
+            )
+    note(ax, pc, ykv - 0.7, t("写入 n 列", "writes n columns"), size=BIG - 1)
+    note(
+        ax,
+        (dx[0] + dx[-1]) / 2,
+        ykv - 0.7,
+        t("每次读全部，追加 1 列", "each reads all, appends 1"),
+        size=BIG - 1,
+    )
+    note(
+        ax,
+        0.4,
+        ydn + 0.8,
+        t(f"DeltaNet 状态（{n_lin} 层）", f"DeltaNet state ({n_lin} layers)"),
+        ha="left",
+        size=BIG,
+    )
+    for x in calls:
+        ax.add_patch(
+            Rectangle(
+                (x - 0.35, ydn - 0.35), 0.7, 0.7, facecolor=COLORS["state"], edgecolor=EDGE, lw=0.7
+            )
+        )
+        note(ax, x, ydn, "S", size=BIG)
+    for a, b in zip(calls, dx):
+        arrow(ax, (a + 0.35, ydn), (b - 0.35, ydn), lw=0.9)
+    note(
+        ax,
+        (dx[0] + dx[-1]) / 2,
+        ydn - 0.7,
+        t("每次读出，换成新的", "each reads it, then replaces it"),
+        size=BIG - 1,
+    )
+    note(
+        ax,
+        0.4,
+        0.35,
+        t(
+            f"KV 每列：k 和 v 各 [1, {nkv}, 1, {hd}]；S [1, {H}, {dk}, {dv}]，大小固定",
+            f"KV per column: k and v [1, {nkv}, 1, {hd}]; S [1, {H}, {dk}, {dv}], fixed",
+        ),
+        ha="left",
+        size=BIG - 0.5,
+    )
+    return fig
+
+
+def diagram_embedding(t):
+    """The embedding takes one row of the table per token id; the tied head dots a vector with
+    every row of that same table."""
+    cfg = config()
+    V, d = cfg.vocab_size, cfg.hidden_size
+    tok = tokenizer()
+    text = t("今天天气不错", "The weather is nice")
+    ids = tok.encode(text).ids
+    colors = ["#f4a261", "#6a9fd4", "#7fbf7b", "#c39bd3", "#e57373"]
+    fig, ax = canvas(13, 13.4)
+    note(
+        ax,
+        0.4,
+        13.0,
+        t(f"文本 “{text}” → 词元 id", f"text “{text}” → token ids"),
+        ha="left",
+        size=BIG,
+    )
+    tx, tw, top, bottom = 5.0, 2.6, 11.8, 5.2  # the table: 248,320 rows drawn as one tall box
+    ax.add_patch(
+        Rectangle((tx, bottom), tw, top - bottom, facecolor="#f7f7f7", edgecolor=EDGE, lw=0.9)
+    )
+    note(ax, tx + tw / 2, top + 0.35, "embed_tokens.weight", size=BIG)
+    shape(ax, tx + tw / 2, bottom - 0.35, f"{n(V)} × {n(d)}", size=MONO)
+    note(
+        ax,
+        tx + tw / 2,
+        (top + bottom) / 2 - 0.6,
+        t("第 i 行\n属于 id i\n（按比例画）", "row i\nis id i's\n(to scale)"),
+        size=BIG,
+    )
+    ox = 9.2  # the output rows
+    for j, i in enumerate(ids):
+        c = colors[j % len(colors)]
+        yi = 12.0 - j * 0.85  # the id's chip
+        yr = top - (top - bottom) * i / V  # the id's row, to scale
+        word = visible(tok.decode([i]))
+        ax.add_patch(Rectangle((0.4, yi - 0.3), 2.6, 0.6, facecolor=c, edgecolor=EDGE, lw=0.7))
+        shape(ax, 1.7, yi, f"{word} {i}", size=MONO, color="black")
+        ax.add_patch(Rectangle((tx, yr - 0.07), tw, 0.14, facecolor=c, edgecolor=EDGE, lw=0.5))
+        arrow(ax, (3.0, yi), (tx - 0.05, yr), color=c, lw=1.1)
+        yo = 11.0 - j * 0.5
+        ax.add_patch(Rectangle((ox, yo - 0.2), 3.2, 0.4, facecolor=c, edgecolor=EDGE, lw=0.5))
+        arrow(ax, (tx + tw + 0.05, yr), (ox - 0.05, yo), color=c, lw=1.1)
+    yo = 11.0 - len(ids) * 0.5
+    shape(ax, ox + 1.6, yo - 0.05, f"[1, {len(ids)}, {n(d)}]", size=MONO)
+    note(ax, ox + 1.6, 11.65, t("取出的行", "the rows taken"), size=BIG)
+    # the way out, same table
+    y = 3.1
+    note(
+        ax,
+        0.4,
+        y + 0.95,
+        t("出口：输出层用同一张表（共享权重）", "the way out: the head reuses the table (tied)"),
+        ha="left",
+        size=BIG,
+    )
+    box(ax, 1.9, y, 3.0, 0.8, f"h [1, T, {n(d)}]", "io", size=MONO)
+    arrow(ax, (3.4, y), (4.3, y))
+    box(ax, 6.3, y, 4.0, 0.8, "@ embed_tokens.weightᵀ", "io", size=MONO)
+    arrow(ax, (8.3, y), (9.0, y))
+    box(ax, 10.9, y, 3.6, 0.8, f"logits [1, T, {n(V)}]", "io", size=MONO - 0.5)
+    note(
+        ax,
+        0.4,
+        1.3,
+        t(
+            f"lm_head.weight 就是 embed_tokens.weight 这同一个 Parameter：\n"
+            f"每个 token 的分数 = h 与它那一行的点积，共 {n(V)} 个",
+            f"lm_head.weight is embed_tokens.weight, the same Parameter:\n"
+            f"a token's score is h dotted with its row, {n(V)} scores",
+        ),
+        ha="left",
+        size=BIG,
+    )
+    return fig
+
+
+def diagram_loading(t):
+    """The mapped load: the safetensors file mapped whole, each tensor a view at its offset; the
+    model built on the meta device; load() makes each Parameter the file's tensor."""
+    cfg = config()
+    V, d = cfg.vocab_size, cfg.hidden_size
+    conv = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
+    conv += cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    lanes = [  # two of the text model's tensors: (short name, full name, shape), lane centre
+        ("embed_tokens", "embed_tokens.weight", (V, d), 5.95),
+        ("in_proj_qkv", "layers.0.linear_attn\n.in_proj_qkv.weight", (conv, d), 10.45),
+    ]
+    fig, ax = canvas(13, 13.4)
+
+    def step(y, text):  # on white: the lines running past it stop short of the words
+        note(
+            ax, 0.4, y, text, ha="left", size=BIG, bbox={"facecolor": "white", "edgecolor": "none"}
+        )
+
+    step(13.0, t("1. safetensors 文件", "1. the safetensors file"))
+    y = 12.1
+    for x0, x1, label, color in [
+        (0.4, 1.2, "n", "#ececec"),
+        (1.2, 3.7, "JSON", "#fbe0c3"),
+        (3.7, 8.1, lanes[0][0], COLORS["deltanet"]),
+        (8.1, 12.5, lanes[1][0], COLORS["deltanet"]),
+        (12.5, 12.9, "…", COLORS["deltanet"]),
+    ]:
+        ax.add_patch(
+            Rectangle((x0, y - 0.4), x1 - x0, 0.8, facecolor=color, edgecolor=EDGE, lw=0.8)
+        )
+        shape(ax, (x0 + x1) / 2, y, label, size=MONO, color="black")
+    note(
+        ax,
+        0.4,
+        y - 0.85,
+        t(
+            "8 字节的 n；n 字节 JSON：每个张量的名字、dtype、形状、字节范围",
+            "8 bytes n; n bytes of JSON: each tensor's name, dtype, shape, byte range",
+        ),
+        ha="left",
+        size=BIG - 1,
+        color="#555555",
+    )
+    step(
+        10.3,
+        t(
+            "2. 整个文件映射成一块存储，每个张量是它在偏移处的视图：\n    还什么都没读",
+            "2. the whole file mapped as one storage, each tensor a view\n"
+            "    at its offset: nothing read yet",
+        ),
+    )
+    step(
+        7.2,
+        t(
+            "3. 在 meta 设备上建模型：只有形状，没有内存",
+            "3. the model built on meta: shapes, no memory",
+        ),
+    )
+    step(
+        4.1,
+        t(
+            "4. load()：每个 Parameter 就是那个视图（不复制）",
+            "4. load(): each Parameter is that view (no copy)",
+        ),
+    )
+    for _, name, (rows, cols), x in lanes:
+        arrow(ax, (x, 11.7), (x, 9.45), lw=0.9)
+        box(ax, x, 8.95, 4.3, 0.9, "", "deltanet")
+        shape(
+            ax,
+            x,
+            8.95,
+            t(f"视图 [{n(rows)}, {n(cols)}]\nbf16", f"view [{n(rows)}, {n(cols)}]\nbf16"),
+            size=MONO,
+            color="black",
+        )
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - 2.0, 5.35),
+                4.0,
+                1.2,
+                boxstyle="round,pad=0,rounding_size=0.15",
+                facecolor="white",
+                edgecolor=EDGE,
+                lw=0.9,
+                ls="--",
+            )
+        )
+        shape(ax, x, 5.95, f"{name}\nmeta [{n(rows)}, {n(cols)}]", size=MONO - 1, color="black")
+        box(ax, x, 2.9, 4.0, 0.9, "", "deltanet")
+        shape(ax, x, 2.9, name.split("\n")[-1].lstrip("."), size=MONO - 1, color="black")
+        arrow(ax, (x, 5.35), (x, 3.35), lw=0.9)
+        line(ax, [x - 2.15, x - 2.25, x - 2.25], [8.95, 8.95, 3.3], color="#c0392b", lw=0.9)
+        arrow(ax, (x - 2.25, 3.3), (x - 1.7, 3.3), color="#c0392b", lw=0.9)
+    note(
+        ax,
+        0.4,
+        1.3,
+        t(
+            "检查全照旧：缺的、多的、形状、dtype、NaN/inf；\n操作系统在第一次用到某一页时才从磁盘读它",
+            "the same checks: missing, extra, shapes, dtypes, NaN/inf;\n"
+            "the OS reads a page from disk the first time it is used",
+        ),
+        ha="left",
+        size=BIG,
+    )
+    return fig
+
+
+DIAGRAMS = [
+    diagram_stack,
+    diagram_attention,
+    diagram_deltanet,
+    diagram_chunked,
+    diagram_caches,
+    diagram_rope,
+    diagram_int8,
+    diagram_tokenizer,
+    diagram_chat,
+    diagram_prefill,
+    diagram_embedding,
+    diagram_loading,
+]
 
 
 def main():
