@@ -438,3 +438,176 @@ def check_wavelengths(wavelengths):
         if problems:
             break
     return _verdict(3, problems)
+
+
+# --------------------------------------------------------------------------------- attention lesson
+def _attend64(q, k, v, scale, shift, mask_after=False):
+    """Causal attention in float64 in which query i reads key j when j <= i + shift; the mask is
+    applied as -inf before softmax, or (mask_after) as zeros after it."""
+    T, S = q.shape[-2], k.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * scale
+    hidden = torch.ones(T, S, dtype=torch.bool).triu(shift + 1)
+    if mask_after:
+        return scores.softmax(dim=-1).masked_fill(hidden, 0.0) @ v
+    return scores.masked_fill(hidden, float("-inf")).softmax(dim=-1) @ v
+
+
+def _attention_problem(n, fn, q, k, v):
+    """None when fn(q, k, v) is causal attention with the cache's offset (query i at position
+    S - T + i), else what is wrong; NOT_DONE while fn holds a TODO."""
+    got = _attempt(n, fn, q.float(), k.float(), v.float())
+    if got is NOT_DONE:
+        return NOT_DONE
+    got = _as_float64(got)
+    (T, d), S = q.shape[-2:], k.shape[-2]
+    case = t(f"T={T}、S={S}：", f"T={T}, S={S}: ")
+    if got.shape != q.shape:
+        return case + t(
+            f"输出形状应为 {list(q.shape)}，得到 {list(got.shape)}",
+            f"the output should have shape {list(q.shape)}, got {list(got.shape)}",
+        )
+    if torch.isnan(got).any():
+        rows = ", ".join(str(i) for i in sorted(set(torch.isnan(got).nonzero()[:, -2].tolist())))
+        return case + t(
+            f"第 {rows} 行是 NaN：整行分数都被遮成了 −inf。每个 token 至少要看得见它自己",
+            f"row {rows} is NaN: all its scores were masked to −inf. A token must at least see "
+            "itself",
+        )
+    scale = d**-0.5
+
+    def near(x):
+        return torch.allclose(got, x, atol=1e-4, rtol=1e-4)
+
+    if near(_attend64(q, k, v, scale, S - T)):
+        return None
+    known = [
+        (
+            _attend64(q, k, v, 1.0, S - T),
+            t("没有除以 √d：分数会随维度变大，softmax 饱和", "the scores are not divided by √d"),
+        ),
+        (
+            _attend64(q, k, v, 1 / d, S - T),
+            t(f"除以的是 d = {d}，应该是 √d", f"divided by d = {d}; divide by √d"),
+        ),
+        (
+            _attend64(q, k, v, scale, S - T, mask_after=True),
+            t(
+                "掩码放在了 softmax 之后：每行加起来不到 1，而且被遮住的未来 token 仍在分母里。"
+                "先把分数填成 −inf，再做 softmax",
+                "the mask comes after softmax: the rows no longer sum to 1, and the hidden future "
+                "tokens are still in the denominator. Fill the scores with −inf, then softmax",
+            ),
+        ),
+        (
+            _attend64(q, k, v, scale, S),
+            t(
+                "没有因果掩码：token 看见了后面的 token",
+                "no causal mask: tokens see the ones after them",
+            ),
+        ),
+    ]
+    if T < S:
+        known.append(
+            (
+                _attend64(q, k, v, scale, 0),
+                t(
+                    f"掩码没有平移：缓存里已有 {S - T} 个 token，新查询 i 在位置 S − T + i，"
+                    "能看到第 0 到 S − T + i 个 key",
+                    f"the mask is not shifted: the cache already holds {S - T} tokens, so new "
+                    "query i sits at position S − T + i and reads keys 0 to S − T + i",
+                ),
+            )
+        )
+    for shift in (S - T - 1, S - T + 1):  # one key too few (itself), or one too many
+        known.append(
+            (
+                _attend64(q, k, v, scale, shift),
+                t(
+                    "掩码错了一位：位置 p 的查询应该看到 key 0 到 p，包括它自己，不包括 p + 1",
+                    "the mask is off by one: the query at position p reads keys 0 to p, itself "
+                    "included, p + 1 excluded",
+                ),
+            )
+        )
+    for want, hint in known:
+        if near(want):
+            return case + hint
+    error = (got - _attend64(q, k, v, scale, S - T)).abs().max().item()
+    return case + t(
+        f"和正确结果最多差 {error:.3g}", f"differs from the right result by up to {error:.3g}"
+    )
+
+
+def _qkv(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes]
+
+
+def check_causal_attention(causal_attention):
+    """Exercise 1: causal_attention(q, k, v) is softmax(q k^T / sqrt(d)) v with the causal mask, for
+    q, k, v [..., T, d]."""
+    for shape in ((5, 16), (2, 3, 7, 8)):
+        problem = _attention_problem(1, causal_attention, *_qkv(shape, shape, shape))
+        if problem is NOT_DONE:
+            return False
+        if problem:
+            return _verdict(1, [problem])
+    return _verdict(1, [])
+
+
+def check_grouped_attention(grouped_attention, n_head, n_kv_head):
+    """Exercise 2: grouped_attention(q, k, v) with q [..., n_head, T, d] and k, v
+    [..., n_kv_head, T, d]: query head j reads KV head j // (n_head / n_kv_head)."""
+    for heads, kv_heads in ((n_head, n_kv_head), (4, 1)):
+        q, k, v = _qkv((2, heads, 6, 16), (2, kv_heads, 6, 16), (2, kv_heads, 6, 16), seed=1)
+        got = _attempt(2, grouped_attention, q.float(), k.float(), v.float())
+        if got is NOT_DONE:
+            return False
+        got = _as_float64(got)
+        g = heads // kv_heads
+        want = _attend64(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), 16**-0.5, 0)
+        if got.shape != want.shape:
+            return _verdict(
+                2,
+                [
+                    t(
+                        f"{heads} 个查询头、{kv_heads} 个 KV 头：输出形状应为 {list(want.shape)}，"
+                        f"得到 {list(got.shape)}",
+                        f"{heads} query heads, {kv_heads} KV heads: the output should have shape "
+                        f"{list(want.shape)}, got {list(got.shape)}",
+                    )
+                ],
+            )
+        if torch.allclose(got, want, atol=1e-4, rtol=1e-4):
+            continue
+        tiled = _attend64(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1), 16**-0.5, 0)
+        if torch.allclose(got, tiled, atol=1e-4, rtol=1e-4):
+            hint = t(
+                f"查询头 j 读的是 KV 头 j % {kv_heads}（repeat 的排法 0,1,0,1,…）；应该是 "
+                f"j // {g}：相邻的 {g} 个查询头共用一个 KV 头（repeat_interleave，0,0,…,1,1,…）",
+                f"query head j reads KV head j % {kv_heads} (repeat: 0, 1, 0, 1, ...); it should "
+                f"read j // {g}: {g} neighbouring query heads share a KV head (repeat_interleave: "
+                "0, 0, ..., 1, 1, ...)",
+            )
+        else:
+            error = (got - want).abs().max().item()
+            hint = t(
+                f"{heads} 个查询头、{kv_heads} 个 KV 头：和正确结果最多差 {error:.3g}",
+                f"{heads} query heads, {kv_heads} KV heads: differs from the right result by up "
+                f"to {error:.3g}",
+            )
+        return _verdict(2, [hint])
+    return _verdict(2, [])
+
+
+def check_cached_attention(cached_attention):
+    """Exercise 3: cached_attention(q, k, v) for the T newest queries q [..., T, d] over all S keys
+    and values [..., S, d]: query i sits at position S - T + i."""
+    for T, S in ((1, 6), (3, 7), (5, 5)):
+        q, k, v = _qkv((2, T, 16), (2, S, 16), (2, S, 16), seed=2)
+        problem = _attention_problem(3, cached_attention, q, k, v)
+        if problem is NOT_DONE:
+            return False
+        if problem:
+            return _verdict(3, [problem])
+    return _verdict(3, [])

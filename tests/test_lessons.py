@@ -14,7 +14,10 @@ import torch
 from book import lessons
 from book.lessons import (
     TODO,
+    check_cached_attention,
+    check_causal_attention,
     check_embed_and_project,
+    check_grouped_attention,
     check_lookup,
     check_pull_together,
     check_rotate_pairs,
@@ -22,11 +25,12 @@ from book.lessons import (
     check_wavelengths,
 )
 from book.nbexec import LESSONS, ROOT, execute, notebooks
+from book.solutions import attention as attention_solution
 from book.solutions import embedding as solution
 from book.solutions import positional as positional_solution
 
 LANGS = ("zh", "en")
-NAMES = ("embedding", "positional")
+NAMES = ("embedding", "positional", "attention")
 NOTEBOOKS = {lang: ROOT / "docs" / lang / "lessons" / "embedding.ipynb" for lang in LANGS}
 PASSED = {"zh": "作业 {} 通过", "en": "Exercise {} passed"}
 NOT_SOLVED = {"zh": "作业 {}：还没做", "en": "Exercise {}: not solved yet"}
@@ -89,7 +93,8 @@ def test_nbexec_runs_every_lesson_of_both_editions_and_takes_a_lesson_by_name():
         path_of("positional", lang) for lang in LANGS
     )
     with pytest.raises(
-        SystemExit, match="no lesson called 'rope': the lessons are embedding, positional"
+        SystemExit,
+        match="no lesson called 'rope': the lessons are attention, embedding, positional",
     ):
         notebooks(["rope"])
 
@@ -307,6 +312,106 @@ def test_positional_solutions_agree_with_the_books_rope():
     )
 
 
+# -------------------------------------------------------------------- the attention lesson's checks
+def attend(q, k, v, scale=None, shift=0, mask_after=False):
+    """A wrong (or right) answer to the attention exercises: query i reads keys up to
+    S - T + i + shift, scores scaled by scale(d) (default 1/sqrt(d)), masked before or after
+    softmax."""
+    T, d = q.shape[-2:]
+    S = k.shape[-2]
+    scores = q @ k.transpose(-2, -1) * (d**-0.5 if scale is None else scale(d))
+    hidden = torch.ones(T, S, dtype=torch.bool).triu(S - T + shift + 1)
+    if mask_after:
+        return scores.softmax(dim=-1).masked_fill(hidden, 0.0) @ v
+    return scores.masked_fill(hidden, float("-inf")).softmax(dim=-1) @ v
+
+
+ATTENTION_MISTAKES = {  # a plausible wrong answer, and the words of the check's hint
+    "no scale": (lambda q, k, v: attend(q, k, v, scale=lambda d: 1.0), "not divided by √d"),
+    "scale 1/d": (lambda q, k, v: attend(q, k, v, scale=lambda d: 1 / d), "divide by √d"),
+    "mask after softmax": (lambda q, k, v: attend(q, k, v, mask_after=True), "after softmax"),
+    "diagonal masked": (lambda q, k, v: attend(q, k, v, shift=-1), "must at least see itself"),
+    "one token ahead": (lambda q, k, v: attend(q, k, v, shift=1), "off by one"),
+    "no mask": (lambda q, k, v: attend(q, k, v, shift=10**6), "no causal mask"),
+}
+
+
+@pytest.mark.parametrize("mistake", ATTENTION_MISTAKES)
+def test_attention_exercise_1_check_names_each_mistake(mistake, capsys):
+    wrong, hint = ATTENTION_MISTAKES[mistake]
+    assert check_causal_attention(wrong) is False
+    assert hint in said(capsys)
+
+
+def test_attention_exercise_1_check_fails_on_the_placeholder_and_passes_the_solution(capsys):
+    import torch.nn.functional as F
+
+    assert check_causal_attention(placeholders(name="attention")["causal_attention"]) is False
+    assert "not solved yet" in said(capsys)
+    assert check_causal_attention(attention_solution.causal_attention) is True
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert check_causal_attention(sdpa) is True
+
+
+def test_attention_exercise_2_check_rejects_repeat_for_repeat_interleave(capsys):
+    from qwen.weights import Config
+
+    cfg = Config.load(ROOT / "book" / "data" / "qwen3.5-0.8b")
+    heads = (cfg.num_attention_heads, cfg.num_key_value_heads)
+    grouped = placeholders(name="attention")["grouped_attention"]
+    assert check_grouped_attention(grouped, *heads) is False
+    assert "not solved yet" in said(capsys)
+
+    def tiled(q, k, v):  # KV head j % n_kv, not j // group
+        group = q.shape[-3] // k.shape[-3]
+        k, v = (x.repeat(*[1] * (x.dim() - 3), group, 1, 1) for x in (k, v))
+        return attention_solution.causal_attention(q, k, v)
+
+    assert check_grouped_attention(tiled, *heads) is False
+    assert "(repeat: 0, 1, 0, 1" in said(capsys)
+    first_only = lambda q, k, v: attention_solution.grouped_attention(q, k[..., :1, :, :], v)
+    with pytest.raises(RuntimeError):  # a shape error reaches the reader as it is
+        check_grouped_attention(first_only, *heads)
+    no_mask = lambda q, k, v: attention_solution.grouped_attention(q, k, v) * 0 + 1
+    assert check_grouped_attention(no_mask, *heads) is False
+    assert "differs from the right result" in said(capsys)
+    assert check_grouped_attention(attention_solution.grouped_attention, *heads) is True
+
+
+def test_attention_exercise_3_check_rejects_the_unshifted_mask(capsys):
+    assert check_cached_attention(placeholders(name="attention")["cached_attention"]) is False
+    assert "not solved yet" in said(capsys)
+    unshifted = lambda q, k, v: attend(q, k, v, shift=q.shape[-2] - k.shape[-2])
+    assert check_cached_attention(unshifted) is False
+    assert "the mask is not shifted" in said(capsys)
+    for mistake in ("no scale", "mask after softmax", "one token ahead"):
+        wrong, hint = ATTENTION_MISTAKES[mistake]
+        assert check_cached_attention(wrong) is False
+        assert hint in said(capsys)
+    with pytest.raises(RuntimeError):  # exercise 1's [T, T] mask does not fit T < S
+        check_cached_attention(attention_solution.causal_attention)
+    assert check_cached_attention(attention_solution.cached_attention) is True
+
+
+def test_attention_solutions_agree_with_the_books_attention():
+    """The exercises' answers are chapter 5's Attention.attend (grouped heads, the cache's offset)
+    seen from another side."""
+    from qwen.attention import Attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 3, 16, generator=g)  # the 3 newest tokens of 7
+    k, v = torch.randn(1, 2, 7, 16, generator=g), torch.randn(1, 2, 7, 16, generator=g)
+    book = Attention.attend(None, q, k, v)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    assert torch.allclose(attention_solution.cached_attention(q, k, v), book, atol=1e-6)
+    assert torch.allclose(
+        attention_solution.grouped_attention(q, k[:, :, :3], v[:, :, :3]),
+        Attention.attend(None, q, k[:, :, :3], v[:, :, :3]),
+        atol=1e-6,
+    )
+
+
 # ----------------------------------------------------------------------------- the stored notebooks
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("lang", LANGS)
@@ -463,3 +568,71 @@ def test_positional_lesson_runs_with_the_solutions_in_time_and_every_check_passe
         r"262,144-token context",
         printed,
     )  # the reader's float64 or float32
+
+
+def test_attention_prose_numbers_are_the_printed_ones():
+    """What the attention lesson's prose says, read back from its stored run."""
+    for lang in LANGS:
+        printed = text_of(read(lang, "attention"))
+        cosine = dict(re.findall(r"(\w+ · \w+)\s+=\s+\d+\s+cosine ([\d.]+)", printed))
+        # "kitten closest to cat by both measures"
+        assert float(cosine["cat · kitten"]) > float(cosine["cat · dog"]) > 0.5
+        assert float(cosine["cat · algorithm"]) < 0.1
+        weight = dict(re.findall(r"(\w+): score\s+\d+\s+weight ([\d.]+)", printed))
+        assert max(weight, key=lambda w: float(weight[w])) == "kitten"
+        assert float(weight["algorithm"]) < 0.01 and float(weight["theorem"]) < 0.01
+        # Var(q·k) = d, Var(q·k / sqrt d) = 1
+        for d, raw, scaled in re.findall(
+            r"d = +(\d+): variance of q·k +([\d.]+) +of .* ([\d.]+)", printed
+        ):
+            assert abs(float(raw) / int(d) - 1) < 0.05 and abs(float(scaled) - 1) < 0.05
+        rows = re.findall(
+            r"d = +(\d+): largest weight ([\d.]+) -> ([\d.]+) +Jacobian size ([\d.]+) -> ([\d.]+)",
+            printed,
+        )
+        top_raw, top, grad_raw, grad = (np.array([float(r[i]) for r in rows]) for i in (1, 2, 3, 4))
+        assert [int(r[0]) for r in rows] == [4, 16, 64, 256, 1024]
+        # unscaled: towards one-hot, the Jacobian towards 0; scaled: flat
+        assert np.all(np.diff(top_raw) > 0) and top_raw[-1] > 0.9
+        assert np.all(np.diff(grad_raw[1:]) < 0) and grad_raw[-1] < grad_raw[0] / 4
+        assert np.ptp(top) < 0.02 and np.ptp(grad) < 0.02
+        assert "head_dim 256, so the scores are multiplied by 256**-0.5 = 0.0625" in printed
+        assert "[[1.    0.    0.    0.    0.    0.   ]" in printed  # the first token reads itself
+        assert "row sums: [1. 1. 1. 1. 1. 1.]" in printed
+        assert "last word changed: outputs 0-4 unchanged: True | output 5 changed: True" in printed
+        assert "last word changed: outputs 0-4 unchanged: False" in printed  # mask after softmax
+        assert "one head at a time == all heads at once: True" in printed
+        # "8 query heads share 2 KV heads", "floor(j / 4)", "4 times smaller"
+        assert (
+            "8 query heads, 2 KV heads, head_dim 256: each KV head serves 4 query heads" in printed
+        )
+        assert "repeat_interleave == qwen.attention.Attention.attend: True" in printed
+        right = re.search(
+            r"with repeat, the query heads whose output is still right: \[(.*)\]", printed
+        )
+        assert len(right.group(1).split(",")) == 4  # "half the query heads" read the wrong one
+        assert "24 new tokens, with and without a cache" in printed
+        assert "the cache now holds K [1, 2, 31, 256]" in printed  # an 8-token prompt, 23 steps
+        counted = re.findall(
+            r"multiply-adds with(?:out)? a cache: +([\d,]+) \(counted by torch: ([\d,]+)\)", printed
+        )
+        assert len(counted) == 2 and all(a == b for a, b in counted)
+        # "exactly L times the cached step"
+        for n, without, cached in re.findall(
+            r"token +([\d,]+): +([\d.]+) G .*, ([\d.]+) G with one", printed
+        ):
+            assert abs(float(without) / float(cached) / int(n.replace(",", "")) - 1) < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", LANGS)
+def test_attention_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
+    nb, seconds = execute(path_of("attention", lang), solutions=True)
+    printed = text_of(nb)
+    print(f"\n{lang}: {seconds:.0f} s")
+    assert seconds < MAX_SECONDS
+    for n in (1, 2, 3):
+        assert PASSED[lang].format(n) in printed
+    assert "your causal_attention on the sentence of section 3 == out: True" in printed
+    assert "your grouped_attention on section 5's heads == Attention.attend: True" in printed
+    assert "token by token with a growing cache == all at once: True" in printed
