@@ -1296,7 +1296,7 @@ def diagram_embedding(t):
         ax,
         tx + tw / 2,
         (top + bottom) / 2 - 0.6,
-        t("第 i 行\n属于 id i\n（按比例画）", "row i\nis id i's\n(to scale)"),
+        t("第 i 行：\nid i 的向量\n（行按比例画）", "row i:\nid i's vector\n(rows to scale)"),
         size=BIG,
     )
     ox = 9.2  # the output rows
