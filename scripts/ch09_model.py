@@ -130,7 +130,7 @@ ids6 = torch.tensor([tok.encode(text).ids])
 # the official config's model on the meta device: shapes, no weights (chapter 14)
 with torch.device("meta"):
     big = Qwen(Config.load(Path("book/data/qwen3.5-0.8b")))
-show = lambda v: "" if v is None else v if isinstance(v, str) else str(list(v.shape))  # noqa: E731
+show = lambda v: "" if v is None else v if isinstance(v, str) else str(list(v.shape))
 print(f"\n{ids6.shape[1]} tokens of {text!r} through every step, shapes [B, T, ...]:")
 print(f"{'step':<40} {'this model':<18} Qwen3.5-0.8B (meta device)")
 rows, big_rows = steps(model, ids6), steps(big, ids6.to("meta"))
