@@ -1,7 +1,10 @@
 """Run every ```python and ```bash block of both editions (once where both have the same code),
 after expanding the --8<-- snippets they include.
 
-    python -m book.codeblocks [pytest args]
+    python -m book.codeblocks [--jobs N] [pytest args]
+
+The pages are shared out among N pytest processes (default: one per core), each on one thread; a
+page's blocks stay together and in order, in one process.
 
 pytest-codeblocks does not expand snippets, so each page is first expanded with pymdownx's own
 snippet preprocessor into a scratch copy of docs/; fences like ```python title="x" become plain
@@ -69,10 +72,52 @@ def expand(src, dest, once=False):
     return written
 
 
+# Blocks run in one Python per process, page after page; a reader starts each page in a fresh one.
+# So the global state a page may change (autograd switched off, as chapters 1-16 do) is reset when
+# the next page begins, whichever pages share a process.
+FRESH_PAGE = """
+import pytest
+
+_page = [None]
+
+
+def pytest_runtest_setup(item):
+    if item.path != _page[0]:
+        _page[0] = item.path
+        import torch
+
+        torch.set_grad_enabled(True)
+"""
+
+
+def split_jobs(argv):
+    """(jobs, the other arguments): `--jobs N` taken out of argv; default one per core."""
+    argv, jobs = list(argv), None
+    if "--jobs" in argv:
+        i = argv.index("--jobs")
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"--jobs must be a whole number of processes >= 1, not {value!r}")
+        jobs = int(value)
+        del argv[i : i + 2]
+    if jobs is None:
+        try:
+            jobs = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            jobs = os.cpu_count() or 1
+    return max(1, jobs), argv
+
+
+def shares(pages, jobs):
+    """The pages dealt out to `jobs` processes in turn (each stage's chapters spread out)."""
+    return [s for s in (pages[i::jobs] for i in range(jobs)) if s]
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    jobs, argv = split_jobs(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="codeblocks-") as tmp:
         pages = expand(ROOT / "docs", Path(tmp) / "docs", once=True)
+        (Path(tmp) / "conftest.py").write_text(FRESH_PAGE)
         print(
             f"expanded {len(pages)} pages into {tmp} (English pages whose code is their Chinese "
             "twin's are run once, as the Chinese page)"
@@ -80,27 +125,60 @@ def main(argv=None):
         env = {
             **os.environ,
             "QWEN_MODEL": str(tiny.path()),
-            "BOOK_OUT": str(Path(tmp) / "out"),
             "HF_HUB_OFFLINE": "1",
             "MPLBACKEND": "Agg",
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         }
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--codeblocks",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "-q",
-            "--rootdir",
-            tmp,
-            str(Path(tmp) / "docs"),
-            *argv,
-        ]
-        return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+        if jobs > 1:  # each process on one thread: the cores are shared among the processes
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        groups = shares(sorted(pages), jobs)
+        procs = []
+        for i, group in enumerate(groups):
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "--codeblocks",
+                "-p",
+                "no:cacheprovider",
+                "-o",
+                "addopts=",
+                "-q",
+                "--rootdir",
+                tmp,
+                *(str(Path(tmp) / "docs" / rel) for rel in group),
+                *argv,
+            ]
+            out = {"BOOK_OUT": str(Path(tmp) / f"out{i}")}
+            if len(groups) == 1:
+                procs.append(subprocess.Popen(cmd, cwd=ROOT, env={**env, **out}))
+            else:
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        cwd=ROOT,
+                        env={**env, **out},
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    )
+                )
+        if len(procs) == 1:
+            return procs[0].wait()
+        outputs = [p.communicate()[0] for p in procs]
+        totals = {}
+        for text in outputs:  # each process's report whole, then one summary line for all
+            lines = text.rstrip().splitlines()
+            print("\n".join(lines[:-1]))
+            for n, what in re.findall(
+                r"(\d+) (passed|failed|skipped|errors?)", lines[-1:] and lines[-1] or ""
+            ):
+                totals[what] = totals.get(what, 0) + int(n)
+        codes = [p.returncode for p in procs]
+        print(
+            ", ".join(f"{n} {what}" for what, n in totals.items()) + f" in {len(procs)} processes"
+        )
+        return next((c for c in codes if c != 0), 0)
 
 
 if __name__ == "__main__":
