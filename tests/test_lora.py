@@ -90,14 +90,16 @@ def test_the_merged_checkpoint_loads_in_transformers(like, tmp_path):
     with torch.no_grad():
         ours = model(IDS)
         text = Qwen3_5ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        max_diff("transformers on the merged checkpoint", text(IDS).logits, ours, HF_TOL)
+        max_diff("transformers on the merged LoRA checkpoint", text(IDS).logits, ours, HF_TOL)
         full, info = Qwen3_5ForConditionalGeneration.from_pretrained(
             folder, dtype=torch.float32, output_loading_info=True
         )
         assert not info["missing_keys"] and not info["unexpected_keys"], info
-        max_diff("the multimodal class, text only", full.eval()(IDS).logits, ours, HF_TOL)
+        max_diff(
+            "transformers' multimodal class on it, text only", full.eval()(IDS).logits, ours, HF_TOL
+        )
     # our own loader reads it back too, and the base model's files were not touched
-    max_diff("qwen.model.from_pretrained on it", from_pretrained(folder)(IDS), ours, HF_TOL)
+    max_diff("our loader on the merged LoRA checkpoint", from_pretrained(folder)(IDS), ours, HF_TOL)
 
 
 def test_the_loss_scores_the_answer_tokens_only():
