@@ -119,8 +119,17 @@ def test_the_official_shapes_are_on_the_diagrams():
         "diagram_deltanet": [
             f"in_proj_qkv  {d:,} → {conv:,}",
             f"kernel {cfg.linear_conv_kernel_dim}",
+            # the state's shape labels the state (beside it), the output arrow keeps o's
+            f"S [B, {cfg.linear_num_value_heads}, {cfg.linear_key_head_dim}, "
+            f"{cfg.linear_value_head_dim}]",
         ],
-        "diagram_chunked": [f"chunks of C = {chunk}", f"chunk 2: tokens {chunk}…{2 * chunk - 1}"],
+        "diagram_chunked": [
+            f"chunks of C = {chunk}",
+            f"chunk 2: tokens {chunk}…{2 * chunk - 1}",
+            # what chunk_gated_delta_rule computes for all chunks at once, and its loop over them
+            "all chunks at once (in parallel, batched)",
+            "one chunk after another (a loop carrying S)",
+        ],
         "diagram_caches": [f"conv [B, {conv:,}, {cfg.linear_conv_kernel_dim - 1}]"],
     }
     for name, wanted in expect.items():
