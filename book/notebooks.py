@@ -4,8 +4,14 @@ Each page of docs/<lang>/ with `chapter:` in its front matter becomes notebooks/
 its prose as markdown cells, its ```python blocks (after snippet expansion) as code cells, its
 ```bash blocks as %%bash cells, the stored output of {{ output(..) }} as the output of the cell that
 runs the script, and a first cell that finds the book's repository (or clones and installs it, as in
-Colab) and the weights (else the tiny test model). The notebooks are committed, so a chapter page
-can offer a download and an "open in Colab" link; `--check` fails when one is stale.
+Colab) and the weights (else the tiny test model), then a cell that downloads the official weights
+when the reader asks. The notebooks are committed, so a chapter page can offer a download and an
+"open in Colab" link; `--check` fails when one is stale.
+
+What the reader edits is what runs: after the cells that define qwen/'s code (class RMSNorm, from
+the page's snippet of qwen/norm.py), a cell hands it to the package (`use_mine`), so that the
+chapter's script, and the model qwen/model.py builds, use the notebook's definitions. A figure the
+chapter's script draws is shown from the file that run wrote.
 
 Also an mkdocs hook (registered in mkdocs.yml): it gives each chapter page those two links and
 copies the notebooks into the built site.
@@ -494,11 +500,13 @@ class Builder:
             {f for module, names in ready.items() for n, _ in names for f in importers(module, n)}
         )
         script = any((m, n) in self.script_imports for m, names in ready.items() for n, _ in names)
-        where = t[
-            ("where" if script else "where_files")
-            if files
-            else ("where_script" if script else "where_none")
-        ].format(files=", ".join(files))
+        where = {
+            (True, True): "where",
+            (False, True): "where_files",
+            (True, False): "where_script",
+            (False, False): "where_none",
+        }[script, bool(files)]
+        where = t[where].format(files=", ".join(files))
         lines = [t["mine"].format(imports="\n".join(shown), where=where)]
         modules = [*ready, *(m for m, _, c in attach if (m, c) not in self.classes)]
         lines += [f"import {m}" for m in dict.fromkeys(modules)] + [""]
@@ -712,6 +720,8 @@ def build(lang, name, expanded):
             continue
         if COMMENT.match(line):
             continue
+        if FIGURE_LINE.search(line.lstrip("> ")):  # a figure in a quote: the site's image
+            line = pages.MACRO.sub(lambda m, line=line: _macro(page, lang, line, m), line)
         b.text.append(line)
         # right under the title: where it comes from, and Colab
         if not intro and line.startswith("# "):
