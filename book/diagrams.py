@@ -6,6 +6,7 @@ so a diagram cannot disagree with the model the chapters load. Each function dra
 one edition (t picks the label); book.out.save_figure writes it as docs-ready SVG, once per edition.
 """
 
+import functools
 import inspect
 import sys
 from pathlib import Path
@@ -975,6 +976,7 @@ def diagram_int8(t):
     return fig
 
 
+@functools.cache
 def tokenizer():
     """The real Qwen3.5 tokenizer (tokenizer.json rebuilt offline, in the tiny model's folder)."""
     from tokenizers import Tokenizer
