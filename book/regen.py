@@ -56,6 +56,8 @@ EXTRA = {
     # the differences to transformers the tests measure
     "parity": ROOT / "tests" / "parity_report.py",
 }
+# scripts that read only the official config.json, whatever checkpoint is found: labelled so
+CONFIG_ONLY = {"diagrams", "ch00_what_changed"}
 REFERENCE = "tiny random reference models (tests/reference.py)"
 CONFIG = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"
 JOURNAL = ".regen-journal-{}.json"  # in docs/outputs while a script's files are being replaced
@@ -447,7 +449,7 @@ def _runs(names, model, timeout, jobs):
     with jobs > 1 the scripts run that many at a time, each on THREADS threads, and are reported in
     order as they finish."""
     models = {
-        n: {"diagrams": _config_model, "parity": _reference_model}.get(n, lambda: model)()
+        n: _config_model() if n in CONFIG_ONLY else _reference_model() if n == "parity" else model
         for n in names
     }
     if jobs == 1:
