@@ -3,6 +3,7 @@ test model."""
 
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -248,22 +249,89 @@ def test_the_output_follows_its_script_with_where_it_comes_from(generated):
         assert "tiny test model" in after  # the label the page carries, carried over
 
 
+def same_code_as_twin(name, lang):
+    """An English notebook whose code cells are its Chinese twin's (but for the checks' message
+    language) need not run: the Chinese one does."""
+    path, twin = notebooks.notebook_path(lang, name), notebooks.notebook_path("zh", name)
+    return lang != "zh" and code_of(path.read_text(encoding="utf-8"), lang) == code_of(
+        twin.read_text(encoding="utf-8")
+    )
+
+
+# One notebook in one fresh Python: read, execute (its kernel inherits this process's environment),
+# write what it printed, even when a cell fails; print the seconds.
+RUN_ONE = """
+import sys, time
+import nbformat
+from nbclient import NotebookClient
+src, dst, cwd = sys.argv[1:4]
+nb = nbformat.read(src, as_version=4)
+client = NotebookClient(
+    nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": cwd}}
+)
+start = time.perf_counter()
+try:
+    client.execute()
+finally:
+    nbformat.write(nb, dst)
+print(time.perf_counter() - start)
+"""
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every chapter notebook that must run, executed on the tiny model, one per core at a time
+    (each kernel on one thread): {(name, lang): (executed notebook, seconds, error text)}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wanted = [
+        (n, lang) for n in CHAPTERS for lang in notebooks.LANGS if not same_code_as_twin(n, lang)
+    ]
+    base = tmp_path_factory.mktemp("executed")
+
+    def run(key):
+        name, lang = key
+        path = notebooks.notebook_path(lang, name)
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:  # the chapter script itself: `regen --check` runs it (test_book.py)
+            if cell.cell_type == "code" and RUN_SCRIPT.fullmatch(cell.source.strip()):
+                cell.source = (
+                    f"# {cell.source.splitlines()[-1]}: run by python -m book.regen --check"
+                )
+        work = base / f"{lang}-{Path(name).stem}"
+        work.mkdir()
+        src, dst = work / "in.ipynb", work / "out.ipynb"
+        nbformat.write(nb, src)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_ONE, str(src), str(dst), str(path.parent)],
+            env=run_env(work / "out"),
+            capture_output=True,
+            text=True,
+        )
+        done = nbformat.read(dst, as_version=4) if dst.is_file() else None
+        error = "" if proc.returncode == 0 else proc.stderr[-4000:]
+        seconds = float(proc.stdout.split()[-1]) if proc.returncode == 0 else math.nan
+        return key, (done, seconds, error)
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        return dict(pool.map(run, wanted))
+
+
 @pytest.mark.parametrize("lang", notebooks.LANGS)
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, tmp_path):
+def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, request):
     path, twin = notebooks.notebook_path(lang, name), notebooks.notebook_path("zh", name)
-    if lang != "zh" and code_of(path.read_text(encoding="utf-8"), lang) == code_of(
-        twin.read_text(encoding="utf-8")
-    ):
+    if same_code_as_twin(name, lang):
         pytest.skip(
             f"the same code cells as zh/{twin.name} (but for the checks' message language), which "
             "runs"
         )
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:  # the chapter script itself: `regen --check` runs it (test_book.py)
-        if cell.cell_type == "code" and RUN_SCRIPT.fullmatch(cell.source.strip()):
-            cell.source = f"# {cell.source.splitlines()[-1]}: run by python -m book.regen --check"
-    seconds = execute(nb, path, tmp_path)
+    nb, seconds, error = request.getfixturevalue("executed")[(name, lang)]
+    assert not error, f"{path.name}:\n{error}"
     setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     # it found the repository and the tiny model
     assert "weights:" in setup and str(tiny.path()) in setup
@@ -277,18 +345,24 @@ def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, tmp_path)
         assert notebooks.TEXT[lang]["figure_book"] not in printed(cell)
 
 
-def execute(nb, path, out, allow_errors=False):
-    """Run a notebook in place on the tiny model, its scripts writing under `out`; the seconds."""
-    env = {
+def run_env(out):
+    """The environment a chapter notebook runs in: the tiny model, its scripts writing under
+    `out`, one thread."""
+    return {
         **os.environ,
         "QWEN_MODEL": str(tiny.path()),
         "HF_HUB_OFFLINE": "1",
         "MPLBACKEND": "Agg",
         "BOOK_OUT": str(out),
         "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
+
+
+def execute(nb, path, out, allow_errors=False):
+    """Run a notebook in place on the tiny model, its scripts writing under `out`; the seconds."""
     client = NotebookClient(
         nb,
         timeout=300,
@@ -297,7 +371,7 @@ def execute(nb, path, out, allow_errors=False):
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
-    client.execute(env=env)
+    client.execute(env=run_env(out))
     return time.perf_counter() - start
 
 
