@@ -22,7 +22,7 @@ from book.solutions import chapters as sol
 from book.tokenizer import bytes_to_unicode
 from qwen.cache import Cache
 from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
-from qwen.rope import apply_rope
+from qwen.rope import RotaryEmbedding, apply_rope
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted(p.name for p in (ROOT / "docs" / "en").glob("[0-9][0-9]-*.md"))
@@ -115,7 +115,7 @@ def test_chapter_ends_with_summary_exercises_then_references_in_both_editions(pa
         assert len(links) >= 2, f"{lang}/{page}: a references section with links to its sources"
         section = exercises_section(lang, page)
         tasks, solutions = blocks(lang, page)
-        assert 2 <= len(tasks) <= 3 and len(solutions) == len(tasks), f"{lang}/{page}"
+        assert 2 <= len(tasks) <= 4 and len(solutions) == len(tasks), f"{lang}/{page}"
         question, answer = EXPLAIN[lang]
         assert section.count(question) == 1, f"{lang}/{page}: one question that asks why"
         collapsed = section.count(SOLUTION[lang]) + (lang == "en") * section.count(answer)
@@ -223,6 +223,40 @@ def _swapped_split(y, n_head, head_dim):  # per head, but gate first
 def _strided_split(y, n_head, head_dim):  # even channels query, odd ones gate
     B, T, _ = y.shape
     return y[..., 0::2].reshape(B, T, n_head, head_dim), y[..., 1::2]
+
+
+def _heads(y, head_dim):
+    B, T, _ = y.shape
+    return y.view(B, T, -1, head_dim).transpose(1, 2)
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _cos_sin_of(cfg, positions, factor=None):
+    factor = cfg.partial_rotary_factor if factor is None else factor
+    return RotaryEmbedding(cfg.head_dim, factor, cfg.rope_theta)(positions)
+
+
+def _rope_then_norm(y, w, positions, cfg):
+    rotated = apply_rope(_heads(y, cfg.head_dim), *_cos_sin_of(cfg, positions))
+    return _rms(rotated, 1 + w, cfg.rms_norm_eps)
+
+
+def _norm_whole_width(y, w, positions, cfg):  # one rms over all the heads together
+    x = _rms(y, 1, cfg.rms_norm_eps)
+    return apply_rope(_heads(x, cfg.head_dim) * (1 + w), *_cos_sin_of(cfg, positions))
+
+
+def _rope_all_dims(y, w, positions, cfg):  # partial_rotary_factor left out
+    x = _rms(_heads(y, cfg.head_dim), 1 + w, cfg.rms_norm_eps)
+    return apply_rope(x, *_cos_sin_of(cfg, positions, 1.0))
+
+
+def _norm_by_w(y, w, positions, cfg):  # the 1 + dropped
+    x = _rms(_heads(y, cfg.head_dim), w, cfg.rms_norm_eps)
+    return apply_rope(x, *_cos_sin_of(cfg, positions))
 
 
 def _decay_after_read(S, k, v, alpha, beta):
@@ -582,6 +616,22 @@ CASES = [
         False,
     ),
     (
+        "05-attention.md",
+        ex.check_ch05_norm_rope,
+        sol.norm_rope,
+        [
+            _rope_then_norm,
+            _norm_whole_width,
+            _rope_all_dims,
+            _norm_by_w,
+            # the positions counted from 0, as if there were no cache
+            lambda y, w, p, cfg: sol.norm_rope(y, w, p - p[0], cfg),
+            # left as [B, T, n, hd]
+            lambda y, w, p, cfg: sol.norm_rope(y, w, p, cfg).transpose(1, 2),
+        ],
+        False,
+    ),
+    (
         "06-deltanet.md",
         ex.check_ch06_delta_step,
         sol.delta_step,
@@ -803,6 +853,23 @@ CASES = [
                 if b and b[-1] >= 0x80
                 else (b.decode("utf-8"), b"")
             ),
+        ],
+        False,
+    ),
+    (
+        "12-chat.md",
+        ex.check_ch12_plain,
+        sol.encode_plain,
+        [
+            lambda tok, text: tok.encode(text).ids,  # the specials parsed: the control token is in
+            lambda tok, text: tok.encode(text, add_special_tokens=False).ids,  # still parsed
+            # the markers stripped: not what the user wrote
+            lambda tok, text: tok.encode(re.sub(r"<\|[a-z_]+\|>", "", text)).ids,
+            # escaped by added characters
+            lambda tok, text: tok.encode(text.replace("<|", "<\u200b|")).ids,
+            lambda tok, text: tok.encode(text.replace("<|", "< |")).ids,
+            # the BPE model on the whole text, without the normaliser and pre-tokenizer
+            lambda tok, text: [t.id for t in tok.model.tokenize(text)],
         ],
         False,
     ),

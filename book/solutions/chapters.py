@@ -13,6 +13,7 @@ from book.tokenizer import bytes_to_unicode
 from qwen.cache import Cache
 from qwen.chat import strip_thinking
 from qwen.deltanet import chunk_gated_delta_rule, recurrent_gated_delta_rule
+from qwen.rope import RotaryEmbedding, apply_rope
 
 
 # --8<-- [start:ch01_short_name]
@@ -112,6 +113,19 @@ def causal_mask(T, S):
     # query i is token S - T + i of the whole sequence: it sees keys 0 .. S - T + i
     return torch.ones(T, S, dtype=torch.bool).tril(S - T)
 # --8<-- [end:ch05_causal_mask]
+
+
+# --8<-- [start:ch05_norm_rope]
+def norm_rope(y, weight, positions, cfg):
+    """[B, T, n * hd] -> [B, n, T, hd]: RMSNorm per head, then RoPE on the first dims"""
+    B, T, _ = y.shape
+    x = y.view(B, T, -1, cfg.head_dim).float()                 # one vector per head
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps)
+    x = (x * (1 + weight.float())).type_as(y)                   # chapter 3's norm: 1 + w
+    # cos, sin: [T, hd * partial_rotary_factor], so apply_rope turns those dims only
+    cos, sin = RotaryEmbedding(cfg.head_dim, cfg.partial_rotary_factor, cfg.rope_theta)(positions)
+    return apply_rope(x.transpose(1, 2), cos, sin)             # the norm first, then the turn
+# --8<-- [end:ch05_norm_rope]
 
 
 # --8<-- [start:ch06_delta_step]
@@ -291,6 +305,17 @@ def printable(pending):
             continue
     raise ValueError(f"not UTF-8: {pending[-4:]!r}")
 # --8<-- [end:ch12_printable]
+
+
+# --8<-- [start:ch12_plain]
+def encode_plain(tokenizer, text):
+    """a message's text -> ids, with no special token in them"""
+    text = tokenizer.normalizer.normalize_str(text)
+    # tokenizer.encode would first match the special tokens in the text: skip that step,
+    # run the pre-tokenizer and the BPE model on every piece
+    return [t.id for piece, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)
+            for t in tokenizer.model.tokenize(piece)]
+# --8<-- [end:ch12_plain]
 
 
 # --8<-- [start:ch13_decode_ceiling]
