@@ -196,7 +196,8 @@ def macro(page, lang, match, in_code_span=False):
             raise PluginError(f"{page.file.src_uri}: no figure {fig}: run `python -m book.regen`")
         up = "../" * (len(PurePosixPath(page.file.src_uri).parts) - 1)
         alt = as_text(args[1] if len(args) > 1 else args[0]).replace("[", "\\[").replace("]", "\\]")
-        return f"![{alt}]({up}{fig})\n\n" + provenance_note(
+        # the image links to itself: on a phone a tap opens the SVG full size, to zoom in
+        return f"[![{alt}]({up}{fig})]({up}{fig})\n\n" + provenance_note(
             figure_provenance(args[0]), lang, figure=True
         )
     if name == "tree":
