@@ -2,6 +2,7 @@
 and `mkdocs build --strict` (notebooks executed) is clean with the language switcher landing on the
 twin page."""
 
+import json
 import re
 from pathlib import Path
 
@@ -306,3 +307,51 @@ def test_zh_pages_show_no_space_between_chinese_lines(site):
         if found:
             gaps[page] = found[:3]
     assert not gaps, gaps
+
+
+# ------------------------------------------------------------------------------ the bibliography
+ARXIV = re.compile(r"arxiv\.org/(?:abs|pdf)/(\d{4}\.\d{4,5})")
+
+
+def _cited_pages(lang):
+    """{arXiv id: {pages citing it}} over the edition's pages and lessons, bibliography excluded."""
+    cites = {}
+    texts = {
+        p.name: p.read_text(encoding="utf-8")
+        for p in sorted((DOCS / lang).glob("*.md"))
+        if p.name != "bibliography.md"
+    }
+    for p in sorted((DOCS / lang / "lessons").glob("*.ipynb")):
+        cells = json.loads(p.read_text(encoding="utf-8"))["cells"]
+        texts["lessons/" + p.name] = "\n".join(
+            "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+        )
+    for name, text in texts.items():
+        for m in ARXIV.finditer(text):
+            cites.setdefault(m.group(1), set()).add(name)
+    return cites
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_bibliography_lists_every_paper_a_page_cites_and_where(lang):
+    """Every arXiv paper a page or lesson links is in the bibliography, whose entry links back to
+    exactly the pages that cite it; the bibliography lists nothing no page cites."""
+    bib = (DOCS / lang / "bibliography.md").read_text(encoding="utf-8")
+    listed = {}
+    for entry in re.split(r"\n(?=- )", bib):
+        pages = set(re.findall(r"\]\(((?:lessons/)?[\w-]+\.(?:md|ipynb))\)", entry))
+        for arxiv_id in ARXIV.findall(entry):
+            listed[arxiv_id] = pages
+    cites = _cited_pages(lang)
+    problems = [
+        f"{i}: cited by {sorted(p)}, not in the bibliography"
+        for i, p in cites.items()
+        if i not in listed
+    ]
+    problems += [
+        f"{i}: cited by {sorted(cites[i])}, the bibliography says {sorted(listed[i])}"
+        for i in cites
+        if i in listed and cites[i] != listed[i]
+    ]
+    problems += [f"{i}: in the bibliography, cited by no page" for i in listed if i not in cites]
+    assert not problems, "\n".join(sorted(problems))
