@@ -16,7 +16,7 @@ from qwen.weights import parameter_budget
 torch.manual_seed(0)
 
 # --8<-- [start:config]
-cfg = pt.small_config(2048)                         # the book's run: a 2,048-token vocabulary
+cfg = pt.small_config(2048, layers=4)               # the book's run: one 3:1 block, 2,048 tokens
 print("layers:", " ".join("D" if t == "linear_attention" else "A" for t in cfg.layer_types))
 budget = parameter_budget(cfg)
 for part, n in budget.items():
@@ -24,7 +24,7 @@ for part, n in budget.items():
 total = sum(budget.values())
 model = pt.new_model(cfg)
 assert total == sum(p.numel() for p in model.parameters())     # the budget is the model's
-all_attn = sum(parameter_budget(pt.small_config(2048, all_attention=True)).values())
+all_attn = sum(parameter_budget(pt.small_config(2048, layers=4, all_attention=True)).values())
 print(f"  {'total':18}{total:>11,}   (every layer attention: {all_attn:,})")
 # --8<-- [end:config]
 record(params=f"{total:,}", params_all_attention=f"{all_attn:,}",
