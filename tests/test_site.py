@@ -355,3 +355,20 @@ def test_the_bibliography_lists_every_paper_a_page_cites_and_where(lang):
     ]
     problems += [f"{i}: in the bibliography, cited by no page" for i in listed if i not in cites]
     assert not problems, "\n".join(sorted(problems))
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_every_figure_opens_full_size_on_a_tap(site, lang):
+    """A figure is small on a phone: each chapter figure is a link to its own SVG, which the site
+    serves, so a tap opens it full size."""
+    seen = 0
+    for page in PAGES:
+        html = _html(site, lang, page)
+        folder = (site / ("en" if lang == "en" else "") / page.rsplit(".", 1)[0]).resolve()
+        for src in re.findall(r'<img[^>]*src="([^"]*figures/[^"]+\.svg)"', html):
+            seen += 1
+            assert re.search(
+                rf'<a href="{re.escape(src)}"[^>]*>\s*<img[^>]*src="{re.escape(src)}"', html
+            ), f"{lang}/{page}: {src} is not a link to itself"
+            assert (folder / src).resolve().is_file(), f"{lang}/{page}: {src} is not served"
+    assert seen >= 25, f"only {seen} figures found in the {lang} edition"
