@@ -23,6 +23,7 @@ import markdown
 from pymdownx.snippets import SnippetExtension
 
 from book import tiny
+from book.regen import available_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(\s*```+)(python|bash|sh)\b[^\n`]*$")
@@ -100,12 +101,7 @@ def split_jobs(argv):
             raise SystemExit(f"--jobs must be a whole number of processes >= 1, not {value!r}")
         jobs = int(value)
         del argv[i : i + 2]
-    if jobs is None:
-        try:
-            jobs = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            jobs = os.cpu_count() or 1
-    return max(1, jobs), argv
+    return jobs or available_cores(), argv
 
 
 def shares(pages, jobs):

@@ -564,14 +564,21 @@ def test_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
         assert within > cross + 0.1, f"{name}: the groups did not separate"
 
 
-@pytest.mark.parametrize("lang", LANGS)
-def test_positional_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
-    nb, seconds = execute(path_of("positional", lang), solutions=True)
+def solved_run(name, lang):
+    """Run lesson `name` with its solutions filled in: in time, and its three checks pass. Returns
+    what it printed."""
+    nb, seconds = execute(path_of(name, lang), solutions=True)
     printed = text_of(nb)
     print(f"\n{lang}: {seconds:.0f} s")
     assert seconds < MAX_SECONDS
     for n in (1, 2, 3):
         assert PASSED[lang].format(n) in printed
+    return printed
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_positional_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
+    printed = solved_run("positional", lang)
     assert re.search(
         r"Qwen3\.5-0\.8B: 32 pairs, from 6\.28 to 37,969,0\d\d tokens per turn; 10 slower than the "
         r"262,144-token context",
@@ -636,12 +643,7 @@ def test_attention_prose_numbers_are_the_printed_ones():
 @pytest.mark.slow
 @pytest.mark.parametrize("lang", LANGS)
 def test_attention_lesson_runs_with_the_solutions_in_time_and_every_check_passes(lang):
-    nb, seconds = execute(path_of("attention", lang), solutions=True)
-    printed = text_of(nb)
-    print(f"\n{lang}: {seconds:.0f} s")
-    assert seconds < MAX_SECONDS
-    for n in (1, 2, 3):
-        assert PASSED[lang].format(n) in printed
+    printed = solved_run("attention", lang)
     assert "your causal_attention on the sentence of section 3 == out: True" in printed
     assert "your grouped_attention on section 5's heads == Attention.attend: True" in printed
     assert "token by token with a growing cache == all at once: True" in printed

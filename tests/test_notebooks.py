@@ -23,6 +23,7 @@ from nbclient import NotebookClient
 
 from book import notebooks, pages, tiny
 from book.notebooks import NOTEBOOKS, ROOT
+from book.regen import available_cores
 
 PAGES = notebooks.chapter_pages()
 RUN_SCRIPT = re.compile(r"%%bash\npython scripts/ch\d\d_\w+\.py")
@@ -313,11 +314,7 @@ def executed(tmp_path_factory):
         seconds = float(proc.stdout.split()[-1]) if proc.returncode == 0 else math.nan
         return key, (done, seconds, error)
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    with ThreadPoolExecutor(max_workers=cores) as pool:
+    with ThreadPoolExecutor(max_workers=available_cores()) as pool:
         return dict(pool.map(run, wanted))
 
 
