@@ -224,16 +224,17 @@ def as_text(value):
 
 def output_block(text, p, lang):
     """A printed output as a fenced text block, whatever it contains: the fence is longer than any
-    run of
-    backticks inside, so a ``` line cannot end it; inside a fence HTML and {{ }} are shown, not
-    run."""
+    run of backticks inside, so a ``` line cannot end it; inside a fence HTML and {{ }} are shown,
+    not run. Its class `book-output` lets a long line wrap on a wide screen (extra.css), where
+    a code block scrolls."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     body = "\n".join(
         ";" + line if SNIPPET.search(line) and line.lstrip().startswith(("-", ";")) else line
         for line in text.rstrip().split("\n")
     )
-    return f'{fence}text title="{TEXT[lang]["output_title"]}"\n{body}\n{fence}\n\n'
+    title = TEXT[lang]["output_title"]
+    return f'{fence}text {{.book-output title="{title}"}}\n{body}\n{fence}\n\n'
 
 
 def figure_provenance(name):

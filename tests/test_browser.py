@@ -280,8 +280,10 @@ for (const pre of document.querySelectorAll("article pre")) {
       }
     }
   }
+  const title = block.querySelector(":scope > .filename");          // "Output" on a printed output
   code.push({longest, scroll: scroller.scrollWidth, client: scroller.clientWidth, covered: covered.filter(Boolean),
-             first: text.split("\\n").find(l => columns(l) === longest).slice(0, 50), box: box(pre)});
+             first: text.split("\\n").find(l => columns(l) === longest).slice(0, 50), box: box(pre),
+             title: title ? title.textContent : ""});
 }
 const figures = [...document.querySelectorAll("article img")]
   .map((i, index) => ({index, src: i.getAttribute("src").slice(0, 80), box: box(i), natural: i.naturalWidth,
@@ -349,6 +351,25 @@ return {formulas, code, figures, bg, switcher, lesson, tables, math, labels,
         scheme: document.body.getAttribute("data-md-color-scheme"),
         width: document.documentElement.clientWidth, overflowX: document.documentElement.scrollWidth};
 """  # noqa: E501 (JavaScript run in the page, its comments aligned in columns)
+
+
+# The copy button of the page's output with the longest line (arguments[0]: the outputs' title).
+# Clicked, it copies into `__copied` (clipboard.js copies from a hidden textarea); `__shown` is the
+# output's text.
+COPY = """
+window.__copied = [];
+document.addEventListener("copy", () => {
+  const a = document.activeElement;
+  window.__copied.push(a && "value" in a ? a.value : String(document.getSelection()));
+}, true);
+const outputs = [...document.querySelectorAll("article div.highlight")]
+  .filter(d => (d.querySelector(":scope > .filename") || {}).textContent === arguments[0]);
+const text = d => d.querySelector("pre > code").textContent;
+const length = d => Math.max(...text(d).split("\\n").map(l => l.length));
+const widest = outputs.sort((a, b) => length(b) - length(a))[0];
+window.__shown = text(widest);
+return widest.querySelector("[data-md-type='copy'], .md-clipboard");
+"""
 
 
 PAINTED = """
@@ -544,32 +565,55 @@ def test_pages_fit_the_phone_screen(sweep, edition):
 
 @pytest.mark.parametrize("edition", EDITIONS)
 def test_code_lines_fit_their_box_at_desktop_width(sweep, edition):
-    """The book's code lines are at most 100 columns: at 1280 px each one shows whole. No text is
-    under a copy button, in a block that scrolls sideways too (the button has a lane of its own, the
-    code scrolls left of it). On a lesson page (a rendered notebook: its code cells and folded
-    solutions) no code line scrolls sideways."""
+    """The book's code lines are at most 100 columns: at 1280 px each one shows whole. A printed
+    output never scrolls sideways: its longer lines wrap, and its copy button still copies the
+    printed text. No text is under a copy button, in a block that scrolls sideways too (the button
+    has a lane of its own, the code scrolls left of it). On a lesson page (a rendered notebook: its
+    code cells and folded solutions) no code line scrolls sideways."""
+    from book.pages import TEXT
+
     s = sweep(edition, DESKTOP)
-    problems, longer = [], []
+    problems, longer, wrapped = [], [], {}
     for p, r in s.results.items():
         for c in r["code"]:
             if c["covered"]:  # a block that scrolls too: its first lines pass the button
                 problems.append((p, f"the copy button covers {c['covered'][:3]}"))
-            if c["longest"] > 100 and "lessons/" not in p:
+            output = c["title"] == TEXT[edition]["output_title"]
+            if output and c["longest"] > 100:
+                wrapped[p] = max(wrapped.get(p, 0), c["longest"])
+            elif c["longest"] > 100 and "lessons/" not in p:
                 longer.append(f"{p}: {c['longest']} columns: {c['first']!r}")
                 continue
             if c["scroll"] > c["client"] + 1:
+                what = "an output" if output else "a code block"
                 problems.append(
                     (
                         p,
-                        f"a {c['longest']}-column line overflows ({c['scroll']} > {c['client']} "
-                        f"px): {c['first']!r}",
+                        f"{what} scrolls sideways: a {c['longest']}-column line overflows "
+                        f"({c['scroll']} > {c['client']} px): {c['first']!r}",
                     )
                 )
     if longer:
         print(
-            f"lines over 100 columns scroll sideways ({len(longer)} blocks):\n" + "\n".join(longer)
+            f"code lines over 100 columns scroll sideways ({len(longer)} blocks):\n"
+            + "\n".join(longer)
         )
     assert sum(len(r["code"]) for r in s.results.values()) > 0
+    assert wrapped, "no output has a line over 100 columns: nothing here checks that one wraps"
+    page = max(wrapped, key=wrapped.get)  # the widest output: its copy is the printed text
+    load(s.browser, s.url + page)
+    button = s.browser.execute_script(COPY, TEXT[edition]["output_title"])
+    s.browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+    button.click()
+    for _ in range(40):
+        copied = s.browser.execute_script("return window.__copied")
+        if copied:
+            break
+        time.sleep(0.05)
+    shown = s.browser.execute_script("return window.__shown").rstrip()
+    if copied != [shown]:
+        got = copied[0][:200] if copied else "nothing"
+        problems.append((page, f"the output's copy button copies {got!r}, not {shown[:200]!r}"))
     report(s, problems, "code")
 
 
