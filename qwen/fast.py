@@ -2,9 +2,12 @@
 modules in place: a load that maps the file, a subclass that overrides one method, a module swap.
 Nothing is restated; tests/test_fast.py proves that each step computes what the clear model does."""
 # --8<-- [start:imports]
+import ctypes
 import functools
 import json
+import mmap
 import os
+import sys
 import time
 
 import torch
@@ -103,10 +106,35 @@ def load_mapped(path, dtype=torch.bfloat16, finite=True):
     no random fill), then made from the mapped file itself: a weight in `dtype` is not copied."""
     with EmptyOnMeta():
         model = Qwen(Config.load(path))
-    W = {k: t if t.dtype == dtype else t.to(dtype) for k, t in load_tensors(path, finite).items()}
+    W = load_tensors(path, finite)
+    model.maps = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in W.values()}
+    for k, t in W.items():
+        if t.dtype != dtype:                              # another dtype: a copy, and the file's
+            W[k] = t.to(dtype)                            # pages under t are not needed again
+            give_back(model, t)
     load(model, W)                                        # the clear loader's checks, all of them
     return model.requires_grad_(False)
 # --8<-- [end:load_mapped]
+
+
+# --8<-- [start:give_back]
+MADV_DONTNEED = 4      # madvise (Linux): this process is done with these pages; the file keeps them
+
+
+def give_back(model, t):
+    """Once a copy has replaced tensor t (another dtype, packed, quantized), tell the OS that the
+    pages of the mapped file under t are no longer needed: they stop counting in the process's
+    memory. The map is private and nothing writes to it, so a page that is read again (a row of
+    the tied embedding table) comes back from the file, as on the first read."""
+    maps = getattr(model, "maps", {})
+    if sys.platform != "linux" or t.untyped_storage().data_ptr() not in maps:
+        return                                   # not in the file's map: freed with its last user
+    page = mmap.PAGESIZE
+    start = t.data_ptr() // page * page
+    end = -(-(t.data_ptr() + t.nbytes) // page) * page
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+# --8<-- [end:give_back]
 
 
 # --8<-- [start:join]
@@ -280,7 +308,8 @@ class PackedLinear(nn.Module):
 def gemv_speeds(n_in=1024, n_out=3584, copies=24):
     """Milliseconds of one decode-sized matmul (one row, the MLP's shape) with the plain bf16
     weight and with the packed one, each over more weights than the CPU's caches hold."""
-    ws = [torch.randn(n_out, n_in).bfloat16() for _ in range(copies)]
+    w = torch.randn(n_out, n_in).bfloat16()
+    ws = [w.clone() for _ in range(copies)]                         # copies: a fill is slow
     x = torch.randn(1, n_in).bfloat16()
     runs = {"plain": (ws, lambda w: F.linear(x, w)),
             "packed": ([torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws],
@@ -314,6 +343,7 @@ def pack_weights(model):
         for name, child in list(m.named_children()):
             if isinstance(child, (nn.Linear, LMHead)):
                 setattr(m, name, PackedLinear(child.weight.detach()))
+                give_back(model, child.weight)           # the copy replaces the file's bytes
     return f"packed ({why})"
 # --8<-- [end:packed]
 
@@ -482,6 +512,7 @@ def quantize_weights(model, kind):
         for name, child in list(m.named_children()):
             if isinstance(child, (nn.Linear, LMHead)):
                 setattr(m, name, QUANTIZED[kind](child.weight.detach()))
+                give_back(model, child.weight)
 # --8<-- [end:quantize]
 
 
@@ -523,5 +554,6 @@ def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, step
     if quantize is not None:
         quantize_weights(model, quantize)
         model.steps["quantize"] = quantize
+    model.__dict__.pop("maps", None)                    # give_back's list, for the load only
     return model
 # --8<-- [end:from_pretrained]

@@ -734,26 +734,26 @@ def main(argv=None):
     n = 16 if args.tiny else args.steps_prompt
     res["steps_prompt"] = n
     res["steps"] = step_chain(folder, prompt_ids(cfg, n), args.new_tokens, args.repeats)
-    if not args.no_transformers:  # the reference, timed in turn with the clear model
-        pair = {
-            "transformers": Transformers(folder, torch.bfloat16),
-            "clear": Ours(clear_from_pretrained(folder, torch.bfloat16)),
-        }
+    # the references, timed in turn with the clear model: transformers, and llama.cpp on GGUFs of
+    # the same weights when --gguf gives them
+    refs = {} if args.no_transformers else {"transformers": Transformers(folder, torch.bfloat16)}
+    for spec in args.gguf:
+        name, _, file = spec.partition("=")
+        refs[f"llama.cpp {name}"] = LlamaCpp(args.llama_bench, file, args.threads)
+    if refs:
+        pair = {**refs, "clear": Ours(clear_from_pretrained(folder, torch.bfloat16))}
         p = interleaved(pair, prefill_run(prompt_ids(cfg, n)), args.repeats)
         d = interleaved(pair, decode_run(prompt_ids(cfg, n), args.new_tokens), args.repeats)
         res["steps_reference"] = {
-            "transformers": {
-                "prefill_tok_s": n / statistics.median(p["transformers"]),
-                "decode_tok_s": args.new_tokens / statistics.median(d["transformers"]),
-                "prefill_x_clear": statistics.median(
-                    a / b for a, b in zip(p["clear"], p["transformers"])
-                ),
-                "decode_x_clear": statistics.median(
-                    a / b for a, b in zip(d["clear"], d["transformers"])
-                ),
+            name: {
+                "prefill_tok_s": n / statistics.median(p[name]),
+                "decode_tok_s": args.new_tokens / statistics.median(d[name]),
+                "prefill_x_clear": statistics.median(a / b for a, b in zip(p["clear"], p[name])),
+                "decode_x_clear": statistics.median(a / b for a, b in zip(d["clear"], d[name])),
             }
+            for name in refs
         }
-        del pair
+        del pair, refs
     if args.steps_only:
         res["limits"] = machine_limits(args.tiny)
         res["batch_sweep"] = batch_sweep(*((256, 512) if args.tiny else ()))

@@ -29,14 +29,33 @@ def built_site(tmp_path_factory):
     notebooks shown with their stored outputs): shared by the site, provenance and browser tests.
     BOOK_SITE=<folder> checks a site built before instead."""
     import os
+    from pathlib import Path
+
+    if os.environ.get("BOOK_SITE"):
+        return Path(os.environ["BOOK_SITE"])
+    # under pytest-xdist (make test-all runs two workers) the workers share one build: the first
+    # builds it in the session's temp folder (its workers' common parent), the other waits, reads it
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "built-site"
+    with FileLock(str(shared / "built-site.lock")):
+        if (out / "BUILT").is_file():
+            return out
+        _build_site(out)
+        (out / "BUILT").write_text("mkdocs build --strict passed\n")
+    return out
+
+
+def _build_site(out):
+    import os
     import subprocess
     import sys
     import time
     from pathlib import Path
 
-    if os.environ.get("BOOK_SITE"):
-        return Path(os.environ["BOOK_SITE"])
-    out = tmp_path_factory.mktemp("built") / "site"
     env = {**os.environ, "BOOK_EXECUTE_NOTEBOOKS": "false", "NO_MKDOCS_2_WARNING": "1"}
     start = time.perf_counter()
     proc = subprocess.run(
@@ -51,7 +70,6 @@ def built_site(tmp_path_factory):
     assert proc.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(
         problems or [proc.stderr[-3000:]]
     )
-    return out
 
 
 @pytest.fixture(scope="session")

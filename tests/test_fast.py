@@ -244,6 +244,36 @@ def test_mapped_load_views_the_file_and_joins_projections_without_copies():
     assert not any(p.requires_grad for p in model.parameters())
 
 
+def _rss():
+    return next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmRSS")) << 10
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux", reason="give_back is madvise on Linux; elsewhere a no-op"
+)
+def test_give_back_returns_the_files_pages_and_keeps_every_value(tmp_path):
+    """After a copy replaced a mapped weight, its pages leave the process's memory; the file's
+    tensors still read the same (a page read again comes back from the file), and a tensor that
+    is not in the file's map is never touched."""
+    gen = torch.Generator().manual_seed(0)
+    save_file(
+        {"a": torch.randn(4096, 2048, generator=gen).bfloat16(), "b": torch.randn(1000, 3)},
+        tmp_path / "w.safetensors",
+    )
+    W = fast.mmap_safetensors(tmp_path / "w.safetensors")
+    holder = torch.nn.Module()
+    holder.maps = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in W.values()}
+    sums = {k: t.double().sum().item() for k, t in W.items()}  # every page read: resident
+    before = _rss()
+    fast.give_back(holder, W["a"])
+    assert before - _rss() > 12e6, "16 MiB of the file's pages leave the process"
+    assert {k: t.double().sum().item() for k, t in W.items()} == sums
+    own = torch.randn(4096, 2048, generator=gen)
+    copy = own.clone()
+    fast.give_back(holder, own)  # memory of its own: left alone
+    assert torch.equal(own, copy)
+
+
 def test_the_activation_choice_is_measured_and_recorded(monkeypatch):
     """auto: the faster of two measured matmuls; the choice and its reason are in model.steps."""
     folder = tiny_path()
