@@ -42,6 +42,8 @@ def steps_table(res):
         lines.append(
             f"{name:22}{'':>3}{row['prefill_tok_s']:>9.2f}{'':7}{row['decode_tok_s']:>8.2f}"
         )
+    if res.get("llama_cpp"):
+        lines.append(f"llama.cpp: llama-bench -t {res['threads']}, {res['llama_cpp']}")
     prof = next((r["profile"] for r in res["steps"] if "profile" in r), None)
     if prof:
         lines.append(
@@ -64,15 +66,23 @@ def steps_table(res):
             + (" (plain/packed)" if "packed_GFLOPs" in res["batch_sweep"][0] else "")
         )
     if res.get("load"):
+        loads = by(res["load"], LOADS)
         lines.append(
             "from a cold process to the first token of a 128-token prompt: "
             + ", ".join(
                 f"{k} {v['first_token_s']:.2f} s (load {v['seconds']:.2f} s, "
                 f"peak RSS {v['peak_rss'] / 1e9:.2f} GB)"
-                for k, v in by(res["load"], LOADS).items()
+                for k, v in loads.items()
                 if "first_token_s" in v
             )
         )
+        first = next(iter(loads.values()))
+        if "imports_rss" in first:
+            lines.append(
+                "of which Python, torch and the book before any weight: "
+                f"{first['imports_s']:.2f} s, {first['imports_rss'] / 1e9:.2f} GB "
+                f"(the bf16 weights: {2 * params_08b() / 1e9:.2f} GB)"
+            )
     if res.get("limits"):
         lim = res["limits"]
         lines.append(
@@ -152,6 +162,13 @@ def in_order(res):
 SHARES = ["DeltaNet mixers", "chunked rule", "attention mixers", "MLPs", "other"]
 GEMV = ["fp32", "bf16", "bf16_packed", "fp16_fbgemm", "int8", "int8_fbgemm"]
 LOADS = ["clear", "mapped", "fast", "int8", "w8a8"]
+
+
+def params_08b():
+    """Qwen3.5-0.8B's parameters, counted from its official config (chapter 13's budget)."""
+    from qwen.weights import Config, parameter_budget
+
+    return sum(parameter_budget(Config.load(ROOT / "book" / "data" / "qwen3.5-0.8b")).values())
 
 
 def by(d, order):
@@ -367,10 +384,34 @@ def steps_values(res):
             v[f"fast_vs_hf_{k}"] = (
                 f"{hf[f'{k}_x_clear'] * fast_row[f'{k}_tok_s'] / rows['clear'][f'{k}_tok_s']:.2f}"
             )
+    # llama.cpp on GGUFs of the same weights, and ours against the format that reads as many bytes:
+    # each ratio to the clear model measured in turn, multiplied along (as for transformers)
+    twins = {"bf16": "in-place state", "q8_0": "w8a8", "q4_0": "int4"}
+    for name, ref in res.get("steps_reference", {}).items():
+        if name.startswith("llama.cpp "):
+            fmt = name.split()[1]
+            key = f"llama_{fmt}"
+            v[f"{key}_prefill"], v[f"{key}_decode"] = (
+                f"{ref['prefill_tok_s']:.1f}",
+                f"{ref['decode_tok_s']:.2f}",
+            )
+            ours = rows.get(twins.get(fmt))
+            if ours:
+                for k in ("prefill", "decode"):
+                    x = ours[f"{k}_tok_s"] / rows["clear"][f"{k}_tok_s"] / ref[f"{k}_x_clear"]
+                    v[f"{key}_ours_{k}_x"] = f"{x:.2f}"
+    weights = 2 * params_08b()  # bytes of the bf16 weights
     for k, x in res.get("load", {}).items():
         v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
+        v[f"load_{k}_x_weights"] = f"{x['peak_rss'] / weights:.2f}"
         if "first_token_s" in x:
             v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
+        if "imports_rss" in x:  # the same in every process: Python, torch and the book
+            v["imports_s"] = f"{x['imports_s']:.2f}"
+            v["imports_gb"] = f"{x['imports_rss'] / 1e9:.2f}"
+            v[f"load_{k}_above_imports_x_weights"] = (
+                f"{(x['peak_rss'] - x['imports_rss']) / weights:.2f}"
+            )
     lim = res.get("limits", {})
     v.update({k: f"{x:.1f}" for k, x in lim.items()})
     prof = next((r["profile"] for r in res["steps"] if "profile" in r), None)

@@ -134,6 +134,18 @@ def give_back(model, t):
     end = -(-(t.data_ptr() + t.nbytes) // page) * page
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+
+
+def copy_order(model):
+    """(parent, name, weight) of every projection and the head, for a step that replaces each by
+    a copy (packed, quantized), in the order that keeps the peak of memory low: the load's check
+    read every page, so first all are given back (each comes back as it is copied), then the head,
+    the largest, while no copy is held yet, then the layers."""
+    for s in getattr(model, "maps", {}).values():
+        give_back(model, torch.empty(0, dtype=torch.uint8).set_(s))
+    todo = [(m, name, child.weight.detach()) for m in model.modules()
+            for name, child in m.named_children() if isinstance(child, (nn.Linear, LMHead))]
+    return sorted(todo, key=lambda t: t[1] != "lm_head")               # stable: then in order
 # --8<-- [end:give_back]
 
 
@@ -339,11 +351,9 @@ def pack_weights(model):
     why = f"a decode matmul: plain {ms['plain']:.2f} ms, packed {ms['packed']:.2f} ms"
     if ms["packed"] > 0.9 * ms["plain"]:
         return f"plain ({why})"
-    for m in list(model.modules()):
-        for name, child in list(m.named_children()):
-            if isinstance(child, (nn.Linear, LMHead)):
-                setattr(m, name, PackedLinear(child.weight.detach()))
-                give_back(model, child.weight)           # the copy replaces the file's bytes
+    for m, name, w in copy_order(model):
+        setattr(m, name, PackedLinear(w))
+        give_back(model, w)                              # the copy replaces the file's bytes
     return f"packed ({why})"
 # --8<-- [end:packed]
 
@@ -508,11 +518,9 @@ def quantize_weights(model, kind):
     if kind not in QUANTIZED:
         raise ValueError(f"quantize={kind!r}: use None (the weights as they are), "
                          + ", ".join(f'"{k}"' for k in QUANTIZED))
-    for m in list(model.modules()):
-        for name, child in list(m.named_children()):
-            if isinstance(child, (nn.Linear, LMHead)):
-                setattr(m, name, QUANTIZED[kind](child.weight.detach()))
-                give_back(model, child.weight)
+    for m, name, w in copy_order(model):
+        setattr(m, name, QUANTIZED[kind](w))
+        give_back(model, w)
 # --8<-- [end:quantize]
 
 

@@ -39,8 +39,9 @@ class Int8Linear(torch.nn.Module):
 
     def forward(self, x):
         if x.shape[:-1].numel() > ROWS or self.q.device.type == "cuda":
-            # a prompt is compute-bound: widen the weight once, multiply as the activations are
-            return F.linear(x, dequantize_int8(self.q, self.s.float()).to(x.dtype))
+            # a prompt is compute-bound: widen q to the activations' dtype (exact: |q| <= 127) and
+            # multiply; a row's scale comes out of its sums: one multiply per output, not per weight
+            return F.linear(x, self.q.to(x.dtype)) * self.s.to(x.dtype)
         # torch's int8 x bf16 kernel: reads 1 byte per weight, widens it to fp32 in its inner loop
         y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).bfloat16(), self.q, self.s)
         return y.view(*x.shape[:-1], -1).to(x.dtype)
@@ -108,10 +109,16 @@ class Int4Linear(torch.nn.Module):
             raise ValueError(f"int4 needs each row's length {w.shape[1]} to divide by {group}")
         self.group, self.out_features = group, w.shape[0]
         w = F.pad(w, (0, 0, 0, -w.shape[0] % 16))            # the kernel packs rows by 16
-        q, s, z = zip(*(quantize_int4(part, group) for part in w.split(32768)))
-        q, s, z = torch.cat(q), torch.cat(s), torch.cat(z)
-        # the kernel's layout: nibbles packed by torch, scales and offsets [in/group, out, 2]
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+        packed, s, z = [], [], []
+        for part in w.split(32768):            # in slices of rows: the temporaries stay small
+            q, sp, zp = quantize_int4(part, group)
+            # the kernel's layout: two nibbles per byte, packed by torch, row by row
+            packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+            s.append(sp)
+            z.append(zp)
+        s, z = torch.cat(s), torch.cat(z)
+        self.register_buffer("packed", torch.cat(packed))
+        # scales and offsets [in / group, out, 2]
         self.register_buffer("sz", torch.stack([s.t(), z.t()], -1).bfloat16().contiguous())
 
     def forward(self, x):

@@ -731,6 +731,9 @@ def main(argv=None):
         "repeats": args.repeats,
         "new_tokens": args.new_tokens,
     }
+    if args.gguf:  # which llama.cpp: its version line, as it reports it
+        v = subprocess.run([args.llama_bench, "--version"], capture_output=True, text=True)
+        res["llama_cpp"] = " ".join((v.stdout + v.stderr).split())
     n = 16 if args.tiny else args.steps_prompt
     res["steps_prompt"] = n
     res["steps"] = step_chain(folder, prompt_ids(cfg, n), args.new_tokens, args.repeats)
@@ -893,6 +896,8 @@ torch.set_num_threads(int(sys.argv[3]))
 from qwen import fast
 from qwen.model import from_pretrained
 t1 = time.perf_counter()
+# what Python, torch and the book hold before any weight: the floor under the peak
+rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
 kind = sys.argv[2]
 if kind == "clear":
     m = from_pretrained(sys.argv[1], torch.bfloat16)
@@ -908,7 +913,7 @@ with torch.no_grad():          # the first token of a 128-token prompt
 t3 = time.perf_counter()
 # the peak of this process since exec (ru_maxrss would also count the parent's pages at fork)
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
-print(t2 - t1, t3 - t0, hwm * 1024)
+print(rss * 1024, t1 - t0, t2 - t1, t3 - t0, hwm * 1024)
 """
 
 
@@ -954,8 +959,14 @@ def load_in_subprocess(folder, kind, threads):
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    t, first, rss = out.stdout.split()[-3:]
-    return {"seconds": float(t), "first_token_s": float(first), "peak_rss": int(rss)}
+    base, imports, t, first, rss = out.stdout.split()[-5:]
+    return {
+        "seconds": float(t),
+        "first_token_s": float(first),
+        "peak_rss": int(rss),
+        "imports_s": float(imports),  # Python, torch and the book, before the load
+        "imports_rss": int(base),
+    }
 
 
 def bounds(cfg, lim):

@@ -105,8 +105,21 @@ SLOW = (
 )
 
 
+# The longest files first: under pytest-xdist (make test-all) each file goes whole to one worker, in
+# this order, so the files that take minutes start at once and the short ones fill in around them.
+LONGEST_FIRST = (
+    "tests/test_regen.py",
+    "tests/test_notebooks.py",
+    "tests/test_book.py",
+    "tests/test_lessons.py",
+    "tests/test_browser.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     slow = pytest.mark.slow
     for item in items:
         if item.nodeid.startswith(SLOW) or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(slow)
+    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable

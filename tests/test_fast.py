@@ -501,6 +501,8 @@ def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
     fake.write_text(f"""#!{sys.executable}
 import json, sys
 a = sys.argv[1:]
+if a == ["--version"]:
+    sys.exit(print("version: 0 (a stand-in)"))
 open({str(log)!r}, "a").write(" ".join(a) + "\\n")
 p, n, d = (int(a[a.index(f) + 1]) for f in ("-p", "-n", "-d"))
 print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if p else 10.0}}]))
@@ -532,6 +534,9 @@ print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if 
     assert round(res["decode"][first]["llama.cpp q8_0"]["tok_s"], 6) == 10.0
     assert round(res["prefill"][next(iter(res["prefill"]))]["llama.cpp q8_0"]["tok_s"], 6) == 100.0
     assert any(line.startswith("llama.cpp q8_0") for line in r.stdout.splitlines())
+    assert res["llama_cpp"] == "version: 0 (a stand-in)"
+    ref = res["steps_reference"]["llama.cpp q8_0"]  # next to the steps, timed with the clear model
+    assert (round(ref["prefill_tok_s"], 6), round(ref["decode_tok_s"], 6)) == (100.0, 10.0)
     calls = log.read_text().splitlines()
     assert f"-d {first}" in " ".join(calls) and all("-t 1" in c and "-r 1" in c for c in calls)
     r = subprocess.run(
