@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +39,10 @@ def steps_table(res):
             f"{r['step']:22}{r['chapter']:>3}{r['prefill_tok_s']:>9.2f}{px:<7}"
             f"{r['decode_tok_s']:>8.2f}{dx:<7}  {r['did']}"
         )
-    for name, row in res.get("steps_reference", {}).items():
+    refs = sorted(
+        res.get("steps_reference", {}).items(), key=lambda kv: (kv[0] != "transformers", kv[0])
+    )
+    for name, row in refs:  # transformers first, then llama.cpp's formats (a JSON sorts its keys)
         lines.append(
             f"{name:22}{'':>3}{row['prefill_tok_s']:>9.2f}{'':7}{row['decode_tok_s']:>8.2f}"
         )
@@ -76,11 +80,12 @@ def steps_table(res):
                 if "first_token_s" in v
             )
         )
-        first = next(iter(loads.values()))
-        if "imports_rss" in first:
+        if all("imports_rss" in x for x in loads.values()):
+            s = statistics.median(x["imports_s"] for x in loads.values())
+            rss = statistics.median(x["imports_rss"] for x in loads.values())
             lines.append(
-                "of which Python, torch and the book before any weight: "
-                f"{first['imports_s']:.2f} s, {first['imports_rss'] / 1e9:.2f} GB "
+                "of which Python, torch and the book before any weight (median): "
+                f"{s:.2f} s, {rss / 1e9:.2f} GB "
                 f"(the bf16 weights: {2 * params_08b() / 1e9:.2f} GB)"
             )
     if res.get("limits"):
@@ -406,9 +411,10 @@ def steps_values(res):
         v[f"load_{k}_x_weights"] = f"{x['peak_rss'] / weights:.2f}"
         if "first_token_s" in x:
             v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
-        if "imports_rss" in x:  # the same in every process: Python, torch and the book
-            v["imports_s"] = f"{x['imports_s']:.2f}"
-            v["imports_gb"] = f"{x['imports_rss'] / 1e9:.2f}"
+        if "imports_rss" in x:  # Python, torch and the book: the same work in every process
+            loads = res["load"].values()
+            v["imports_s"] = f"{statistics.median(y['imports_s'] for y in loads):.2f}"
+            v["imports_gb"] = f"{statistics.median(y['imports_rss'] for y in loads) / 1e9:.2f}"
             v[f"load_{k}_above_imports_x_weights"] = (
                 f"{(x['peak_rss'] - x['imports_rss']) / weights:.2f}"
             )
@@ -629,12 +635,13 @@ def draw_roofline(res, t):
             label=t("bf16 预排（oneDNN）", "bf16 packed (oneDNN)"),
         )
     ax.axvline(bw and peak / bw, color="#c44e52", ls=":", lw=1)
-    ax.text(
+    ax.text(  # at the foot of the ridge line: x in data, y in the axes' own units
         peak / bw,
-        ax.get_ylim()[0] * 1.5 if ax.get_ylim()[0] > 0 else 1,
+        0.04,
         t(" 拐点", " ridge"),
         color="#c44e52",
         fontsize=8,
+        transform=ax.get_xaxis_transform(),
     )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -649,6 +656,9 @@ def draw_roofline(res, t):
 
     for axis in (ax.yaxis.set_major_formatter, ax.xaxis.set_major_formatter):
         axis(FuncFormatter(lambda v, _: f"{v:g}"))
+    # between the decades, 20 and 50 (200, 500, ...) get a label too: the points are read off them
+    between = FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else "")
+    ax.yaxis.set_minor_formatter(between)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
