@@ -95,7 +95,7 @@ SLOW = (
     "tests/test_provenance.py::test_with_tiny_outputs_pages_say_so",  # a site build
     "tests/test_provenance.py::test_outputs_and_values_render_as_text",
     "tests/test_regen.py::test_check_passes_with_another_cpus_kernels",
-    "tests/test_regen.py::test_check_passes_with_limited_kernels",
+    "tests/test_kernels.py::test_check_passes_with_limited_kernels",
     "tests/test_regen.py::test_concurrent_tiny_builds",
     "tests/test_fast.py::test_bench_smoke",  # bench.py in a subprocess
     "tests/test_train.py::test_bench_train_smoke",  # bench_train.py in a subprocess
@@ -105,36 +105,23 @@ SLOW = (
 )
 
 
-# Under pytest-xdist (make test-all: -n auto --dist loadgroup) each test file goes whole to one
-# worker (its module fixtures are made once), but for the few tests that take minutes each, which
-# go alone; and the longest start first, in this order, so the short ones fill in around them.
-ALONE = (
-    "tests/test_regen.py::test_check_passes_with_limited_kernels[default]",
-    "tests/test_book.py::test_committed_outputs_are_current",
-    "tests/test_regen.py::test_check_passes_with_limited_kernels[avx2]",
-    "tests/test_book.py::test_every_code_block_runs",
-)
+# Under pytest-xdist (make test-all: -n auto --dist loadfile) each test file goes whole to one
+# worker (its module fixtures are made once); the longest files start first, in this order, so
+# that the short ones fill in around them.
 LONGEST_FIRST = (
-    ALONE[0],
+    "tests/test_kernels.py",
+    "tests/test_book.py",
     "tests/test_notebooks.py",
-    *ALONE[1:],
     "tests/test_browser.py",
     "tests/test_lessons.py",
     "tests/test_regen.py",
-    "tests/test_book.py",
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     slow = pytest.mark.slow
     for item in items:
         if item.nodeid.startswith(SLOW) or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(slow)
-        group = item.nodeid if item.nodeid.startswith(ALONE) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-    def rank(item):
-        return next((i for i, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)), 99)
-
-    items.sort(key=rank)  # stable: within a rank, in the files' order
+    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable

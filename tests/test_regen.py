@@ -99,42 +99,8 @@ def test_a_kernel_dependent_value_is_held_to_its_tolerance_not_its_digits():
 
 # ------------------------------------------------------------------------------------ on the real
 # outputs
-KERNEL_LIMITS = {  # the CPU kinds a reader may have, on this one: ATen's loops and oneDNN capped
-    "default": {
-        "ATEN_CPU_CAPABILITY": "default",
-        "ONEDNN_MAX_CPU_ISA": "SSE41",
-        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-    },
-    "avx2": {
-        "ATEN_CPU_CAPABILITY": "avx2",
-        "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    },
-}  # the machine's own kernels: tests/test_book.py::test_committed_outputs_are_current
-KERNEL_SCRIPTS = [
-    "ch03_norm",
-    "ch09_model",
-    "ch15_decoding",
-    "ch16_int8",
-    "ch17_loss",  # perplexity through bf16, int8, int4 kernels
-    "ch18_gradients",  # gradient norms of a random model
-    "ch19_backward",  # rounding-error sizes
-    "ch20_lora",  # a short training run's losses
-]  # bf16, int8 and argmax values
-
-
-@pytest.mark.parametrize("limit", list(KERNEL_LIMITS))
-def test_check_passes_with_limited_kernels(limit):
-    """The outputs whose values go through bf16 or int8 kernels pass `--check` whichever kernels
-    run."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "book.regen", "--check", *KERNEL_SCRIPTS],
-        cwd=ROOT,
-        env={**os.environ, **KERNEL_LIMITS[limit]},
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+# the limited-kernel checks of every such output: tests/test_kernels.py (a file of their own,
+# so that the full tier's workers can run them beside the rest)
 
 
 def test_check_fails_on_a_one_unit_change_to_an_exact_number(tmp_path, monkeypatch, capsys):
