@@ -95,7 +95,8 @@ SLOW = (
     "tests/test_provenance.py::test_with_tiny_outputs_pages_say_so",  # a site build
     "tests/test_provenance.py::test_outputs_and_values_render_as_text",
     "tests/test_regen.py::test_check_passes_with_another_cpus_kernels",
-    "tests/test_kernels.py::test_check_passes_with_limited_kernels",
+    "tests/test_kernels.py::test_check_passes_with_limited_kernels",  # SSE's kernels
+    "tests/test_kernels_avx2.py",  # AVX2's
     "tests/test_regen.py::test_concurrent_tiny_builds",
     "tests/test_fast.py::test_bench_smoke",  # bench.py in a subprocess
     "tests/test_train.py::test_bench_train_smoke",  # bench_train.py in a subprocess
@@ -111,6 +112,7 @@ SLOW = (
 LONGEST_FIRST = (
     "tests/test_kernels.py",
     "tests/test_book.py",
+    "tests/test_kernels_avx2.py",
     "tests/test_notebooks.py",
     "tests/test_browser.py",
     "tests/test_lessons.py",
