@@ -80,9 +80,8 @@ def steps_table(res):
                 if "first_token_s" in v
             )
         )
-        if all("imports_rss" in x for x in loads.values()):
-            s = statistics.median(x["imports_s"] for x in loads.values())
-            rss = statistics.median(x["imports_rss"] for x in loads.values())
+        if imports_floor(res):
+            s, rss = imports_floor(res)
             lines.append(
                 "of which Python, torch and the book before any weight (median): "
                 f"{s:.2f} s, {rss / 1e9:.2f} GB "
@@ -167,6 +166,18 @@ def in_order(res):
 SHARES = ["DeltaNet mixers", "chunked rule", "attention mixers", "MLPs", "other"]
 GEMV = ["fp32", "bf16", "bf16_packed", "fp16_fbgemm", "int8", "int8_fbgemm"]
 LOADS = ["clear", "mapped", "fast", "int8", "w8a8"]
+
+
+def imports_floor(res):
+    """(seconds, bytes) that Python, torch and the book take before any weight, the median over the
+    benchmark's load processes (the same work in each), or None for a run that did not record it."""
+    loads = res.get("load", {}).values()
+    if not loads or not all("imports_rss" in x for x in loads):
+        return None
+    return (
+        statistics.median(x["imports_s"] for x in loads),
+        statistics.median(x["imports_rss"] for x in loads),
+    )
 
 
 def params_08b():
@@ -406,15 +417,15 @@ def steps_values(res):
                     x = ours[f"{k}_tok_s"] / rows["clear"][f"{k}_tok_s"] / ref[f"{k}_x_clear"]
                     v[f"{key}_ours_{k}_x"] = f"{x:.2f}"
     weights = 2 * params_08b()  # bytes of the bf16 weights
+    if imports_floor(res):
+        s, rss = imports_floor(res)
+        v["imports_s"], v["imports_gb"] = f"{s:.2f}", f"{rss / 1e9:.2f}"
     for k, x in res.get("load", {}).items():
         v[f"load_{k}_s"], v[f"load_{k}_gb"] = f"{x['seconds']:.2f}", f"{x['peak_rss'] / 1e9:.2f}"
         v[f"load_{k}_x_weights"] = f"{x['peak_rss'] / weights:.2f}"
         if "first_token_s" in x:
             v[f"first_token_{k}_s"] = f"{x['first_token_s']:.2f}"
-        if "imports_rss" in x:  # Python, torch and the book: the same work in every process
-            loads = res["load"].values()
-            v["imports_s"] = f"{statistics.median(y['imports_s'] for y in loads):.2f}"
-            v["imports_gb"] = f"{statistics.median(y['imports_rss'] for y in loads) / 1e9:.2f}"
+        if "imports_rss" in x:
             v[f"load_{k}_above_imports_x_weights"] = (
                 f"{(x['peak_rss'] - x['imports_rss']) / weights:.2f}"
             )

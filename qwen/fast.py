@@ -132,8 +132,12 @@ def give_back(model, t):
     page = mmap.PAGESIZE
     start = t.data_ptr() // page * page
     end = -(-(t.data_ptr() + t.nbytes) // page) * page
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+    _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)             # the C library, opened once
 
 
 def copy_order(model):
