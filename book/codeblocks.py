@@ -14,6 +14,7 @@ tiny test model.
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,8 @@ FENCE = re.compile(r"^(\s*```+)(python|bash|sh)\b[^\n`]*$")
 # (tests/test_book.py), so the code-block run leaves it out rather than run the chapter twice
 RUN_SCRIPT = re.compile(r"^\s*```+bash\s*\n\s*python scripts/ch\d\d_\w+\.py\s*\n\s*```+\s*$", re.M)
 SKIP_RUN = '<!--pytest.mark.skip(reason="python -m book.regen --check runs this chapter script")-->'
+# and the listing of a whole chapter script (its "Run it" section) is the same script once more
+LISTING = re.compile(r'^\s*```+python\s+title="(scripts/ch\d\d_\w+\.py)"\s*$')
 
 
 BLOCK = re.compile(r"^([ \t]*```+)(?:python|bash|sh)\b[^\n]*\n(.*?)^\1[ \t]*$", re.S | re.M)
@@ -43,12 +46,23 @@ def code_of(text):
     return [re.sub(r'\blang="en"', 'lang="zh"', m.group(2)) for m in BLOCK.finditer(text)]
 
 
+def skip_listings(lines):
+    """The page's lines with SKIP_RUN before each block that lists a whole chapter script."""
+    out = []
+    for i, line in enumerate(lines):
+        m = LISTING.match(line)
+        if m and i + 1 < len(lines) and lines[i + 1].strip() == f'--8<-- "{m.group(1)}"':
+            out.append(SKIP_RUN)
+        out.append(line)
+    return out
+
+
 def expand(src, dest, once=False):
     """Copy every page of docs/ to dest with snippets expanded and fence info strings reduced to the
     language. once=True (the test run): an English page whose blocks are its Chinese twin's (but for
     the checks' language) is left out, as the same code would run twice (tests/test_site.py holds
-    the editions' code equal), and so is a block that only runs a chapter script (regen --check
-    runs it)."""
+    the editions' code equal), and so is a block that only runs or lists a whole chapter script
+    (regen --check runs it)."""
     md = markdown.Markdown(
         extensions=[
             SnippetExtension(base_path=[str(ROOT)], check_paths=True, dedent_subsections=True)
@@ -57,7 +71,10 @@ def expand(src, dest, once=False):
     snippets = md.preprocessors["snippet"]
     pages, expanded = sorted(src.rglob("*.md")), {}
     for page in pages:
-        expanded[page.relative_to(src)] = snippets.run(page.read_text().split("\n"))
+        lines = page.read_text().split("\n")
+        if once:
+            lines = skip_listings(lines)
+        expanded[page.relative_to(src)] = snippets.run(lines)
     written = []
     for rel, lines in expanded.items():
         twin = expanded.get(Path("zh", *rel.parts[1:])) if rel.parts[0] == "en" else None
@@ -107,6 +124,18 @@ def split_jobs(argv):
 def shares(pages, jobs):
     """The pages dealt out to `jobs` processes in turn (each stage's chapters spread out)."""
     return [s for s in (pages[i::jobs] for i in range(jobs)) if s]
+
+
+def killed(code, who, pages):
+    """What to print for a pytest process that a signal ended (returncode -signal)."""
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    why = " (most likely the machine ran out of memory)" if -code == signal.SIGKILL else ""
+    return f"\n{who} was killed by {name}{why} while running one of these pages: " + ", ".join(
+        str(p) for p in pages
+    )
 
 
 def main(argv=None):
@@ -160,21 +189,28 @@ def main(argv=None):
                     )
                 )
         if len(procs) == 1:
-            return procs[0].wait()
+            code = procs[0].wait()
+            if code < 0:
+                print(killed(code, "the process", groups[0]))
+            return code if code >= 0 else 1
         outputs = [p.communicate()[0] for p in procs]
         totals = {}
         for text in outputs:  # each process's report whole, then one summary line for all
             lines = text.rstrip().splitlines()
-            print("\n".join(lines[:-1]))
-            for n, what in re.findall(
-                r"(\d+) (passed|failed|skipped|errors?)", lines[-1:] and lines[-1] or ""
-            ):
+            counts = re.findall(
+                r"(\d+) (passed|failed|skipped|errors?)", lines[-1] if lines else ""
+            )
+            print("\n".join(lines[:-1] if counts else lines))  # a killed process has no summary
+            for n, what in counts:
                 totals[what] = totals.get(what, 0) + int(n)
         codes = [p.returncode for p in procs]
+        for i, (code, group) in enumerate(zip(codes, groups)):
+            if code < 0:  # killed: its report stops mid-line, so say which process and why
+                print(killed(code, f"process {i + 1} of {len(procs)}", group))
         print(
             ", ".join(f"{n} {what}" for what, n in totals.items()) + f" in {len(procs)} processes"
         )
-        return next((c for c in codes if c != 0), 0)
+        return next((c if c > 0 else 1 for c in codes if c != 0), 0)
 
 
 if __name__ == "__main__":

@@ -156,17 +156,22 @@ class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
     def __init__(self, model=None):
         weights = [] if model is None else [*model.parameters(), *model.buffers()]
         self.seen = {t.untyped_storage().data_ptr() for t in weights}
-        self.bytes = 0
+        self.bytes, self.held = 0, []
         super().__init__(self.pack, lambda t: t)
 
     def __enter__(self):
         super().__enter__()
         return self
 
+    def __exit__(self, *exc):
+        self.held.clear()
+        return super().__exit__(*exc)
+
     def pack(self, t):
         s = t.untyped_storage()
         if s.data_ptr() not in self.seen:
             self.seen.add(s.data_ptr())
             self.bytes += s.nbytes()
-        return t
+            self.held.append(s)  # alive until the end: no later storage reuses its address
+        return t.detach()  # t itself would tie an output to its own grad_fn: a cycle never freed
 # --8<-- [end:saved_bytes]

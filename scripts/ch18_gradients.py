@@ -72,10 +72,10 @@ class Kept(SavedBytes):
 
     def pack(self, t):
         before = self.bytes
-        super().pack(t)
+        packed = super().pack(t)
         self.parts[self.where] += self.bytes - before
         self.shapes[tuple(t.shape), str(t.dtype)[6:]] += self.bytes - before
-        return t
+        return packed
 # --8<-- [end:measure]
 
 

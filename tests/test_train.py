@@ -3,7 +3,9 @@ transformers' (fp32, relative 1e-4) on tiny configs no other test uses, checkpoi
 gradient, the training mode refuses what cannot train, and AdamW, its schedule and clipping equal
 torch's."""
 
+import gc
 import math
+import weakref
 
 import pytest
 import torch
@@ -218,6 +220,19 @@ def test_checkpointing_gives_the_same_gradients_and_keeps_less():
     for (n, p), q in zip(plain.named_parameters(), ckpt.parameters()):
         assert torch.equal(p.grad, q.grad), n
     assert kept["checkpointed"] < kept["plain"] / 2
+
+
+def test_saved_bytes_counts_exactly_and_frees_what_it_counted():
+    """An output saved for its own backward (sigmoid keeps its result) is counted once and freed
+    with its graph: a pack hook that handed back the tensor itself would keep it forever."""
+    lin = torch.nn.Linear(8, 8)
+    with SavedBytes(lin) as saved:
+        y = torch.sigmoid(lin(torch.randn(4, 8, requires_grad=True)))
+    assert saved.bytes == 2 * 4 * 8 * 4  # linear's input and sigmoid's output, fp32; no weight
+    alive = weakref.ref(y)
+    del y
+    gc.collect()
+    assert alive() is None, "the forward's activations outlived their graph"
 
 
 def test_trainable_refuses_a_quantized_model(tiny_model):
