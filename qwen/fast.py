@@ -8,7 +8,6 @@ import json
 import mmap
 import os
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -22,7 +21,8 @@ from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP
 from qwen.model import Qwen
 from qwen.norm import RMSNorm, RMSNormGated
-from qwen.quant import QUANTIZED
+from qwen.quant import QUANTIZED, int8_prompts
+from qwen.timing import alternately
 from qwen.weights import (
     PREFIXES,
     SKIP,
@@ -259,17 +259,8 @@ def matmul_speeds(rows=128, n_in=1024, n_out=3584):
     """Milliseconds of one prompt-sized matmul (Qwen3.5-0.8B's MLP shape, 128 rows) with bf16
     activations, and with fp32 activations and the bf16 weight widened first; measured once."""
     w, x = torch.randn(n_out, n_in).bfloat16(), torch.randn(rows, n_in)
-    runs = {"bf16": lambda: F.linear(x.bfloat16(), w), "fp32": lambda: mixed_linear(x, w)}
-    ms = {}
-    for name, f in runs.items():
-        f()                                                          # warm-up
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        ms[name] = 1e3 * sorted(times)[2]
-    return ms
+    return alternately({"bf16": lambda: F.linear(x.bfloat16(), w),
+                        "fp32": lambda: mixed_linear(x, w)})
 
 
 def choose_activations(model, activations="auto"):
@@ -327,18 +318,11 @@ def gemv_speeds(n_in=1024, n_out=3584, copies=24):
     w = torch.randn(n_out, n_in).bfloat16()
     ws = [w.clone() for _ in range(copies)]                         # copies: a fill is slow
     x = torch.randn(1, n_in).bfloat16()
-    runs = {"plain": (ws, lambda w: F.linear(x, w)),
-            "packed": ([torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws],
-                       lambda w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""))}
-    ms = {}
-    for name, (weights, f) in runs.items():
-        f(weights[0])
-        t0 = time.perf_counter()
-        for _ in range(3):
-            for w in weights:
-                f(w)
-        ms[name] = 1e3 * (time.perf_counter() - t0) / (3 * len(weights))
-    return ms
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in ws]
+    pointwise = torch.ops.mkldnn._linear_pointwise
+    ms = alternately({"plain": lambda: [F.linear(x, w) for w in ws],
+                      "packed": lambda: [pointwise(x, w, None, "none", [], "") for w in packed]})
+    return {name: t / copies for name, t in ms.items()}            # per matmul
 
 
 def pack_weights(model):
@@ -566,6 +550,9 @@ def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, step
     if quantize is not None:
         quantize_weights(model, quantize)
         model.steps["quantize"] = quantize
+        if quantize == "w8a8":
+            how, why = int8_prompts()
+            model.steps["quantize"] += f" (prompts {'in int8' if how == 'int8' else how}: {why})"
     model.__dict__.pop("maps", None)                    # give_back's list, for the load only
     return model
 # --8<-- [end:from_pretrained]

@@ -1,11 +1,14 @@
 """Reading fewer bytes: each output row of a weight stored as int8 times one scale (Int8Linear);
-with W8A8Linear a decode step's activations are rounded to int8 too and multiplied in int8;
+with W8A8Linear the activations are rounded to int8 too and multiplied in int8;
 Int4Linear keeps 4 bits per weight, a scale and an offset per group of 32."""
 # --8<-- [start:quantize]
+import functools
 import warnings
 
 import torch
 import torch.nn.functional as F
+
+from qwen.timing import alternately
 
 ROWS = 16          # a matmul with more rows than this is compute-bound (a prompt)
 
@@ -53,7 +56,8 @@ class W8A8Linear(Int8Linear):
     """The int8 weights of Int8Linear, multiplied in int8: for a few rows (decode) x is rounded
     to 7 bits too, one scale for the call, and fbgemm adds the int8 x int8 products in int32,
     many in one instruction, where the weight-only kernel widens every weight first.
-    llama.cpp's q8_0 does the same with one scale per 32 values of x. Prompts are Int8Linear's."""
+    llama.cpp's q8_0 does the same with one scale per 32 values of x. A prompt is rounded row by
+    row and multiplied through oneDNN where int8_prompts() chose it, else widened as Int8Linear."""
 
     def __init__(self, w):
         super().__init__(w)
@@ -67,15 +71,64 @@ class W8A8Linear(Int8Linear):
             warnings.simplefilter("ignore")
             qw = torch._make_per_channel_quantized_tensor(self.q, self.s.double(), zero, 0)
         self.packed = torch.ops.quantized.linear_prepack(qw, None)   # in fbgemm's tile order
+        if int8_prompts()[0] == "int8":
+            # q in oneDNN's blocked order for prompts; it replaces q: no more bytes than before
+            self.register_buffer("blocked", torch.ops.onednn.qlinear_prepack(self.q, None))
+            self.zeros = torch.zeros(len(self.s), dtype=torch.int32)   # the weights' zero points
+            del self.q
 
     def forward(self, x):
         if x.shape[:-1].numel() > ROWS:
-            return super().forward(x)
+            if not hasattr(self, "blocked"):
+                return super().forward(x)
+            y = int8_rows(x.reshape(-1, x.shape[-1]), self.blocked, self.s, self.zeros)
+            return y.view(*x.shape[:-1], -1).to(x.dtype)
         # reduce_range: x is rounded to 7 bits (128 levels), so that two products summed never
         # saturate the 16-bit accumulator of AVX2's multiply-add (255 * 127 * 2 would)
         x2 = x.reshape(-1, x.shape[-1]).float()
         y = torch.ops.quantized.linear_dynamic(x2, self.packed, True)   # reduce_range=True
         return y.view(*x.shape[:-1], -1).to(x.dtype)
+
+
+def int8_rows(x, blocked, s, zeros):
+    """x [N, in] @ w.T for a prompt: each row of x rounded to 255 levels, -127..127 steps of its
+    own scale, stored + 128 as bytes; oneDNN adds the byte products in int32 and applies the
+    weights' scales s; each row's own scale comes last, one multiply per output."""
+    x = x.float()
+    sx = x.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127
+    u = (torch.round(x / sx) + 128).to(torch.uint8)
+    y = torch.ops.onednn.qlinear_pointwise(u, 1.0, 128, blocked, s.float(), zeros, None, 1.0, 0,
+                                           torch.float32, "none", [], "")
+    return y * sx
+
+
+def cpu_flags():
+    """The feature flags /proc/cpuinfo lists (an empty set where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith(("flags", "Features"))
+                    for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+@functools.cache
+def int8_prompts(rows=128, n_in=1024, n_out=3584):
+    """("int8" or "widen", why): how W8A8Linear multiplies a prompt here. int8 needs oneDNN's int8
+    matmul and a CPU that adds byte products into 32 bits (VNNI or AMX; without them pairs of
+    products saturate 16 bits), and must measure faster than widening on a prompt-sized matmul."""
+    onednn = torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    if not onednn:
+        return "widen", "this torch has no oneDNN int8 matmul"
+    if not {"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags():
+        return "widen", "no VNNI or AMX: byte products would saturate 16-bit sums"
+    w, x = torch.randn(n_out, n_in) * 0.02, torch.randn(rows, n_in).bfloat16()  # a bf16 model's
+    lin = Int8Linear(w)
+    blocked = torch.ops.onednn.qlinear_prepack(lin.q, None)
+    zeros = torch.zeros(n_out, dtype=torch.int32)
+    ms = alternately({"int8": lambda: int8_rows(x, blocked, lin.s, zeros), "widen": lambda: lin(x)})
+    choice = min(ms, key=ms.get)
+    return choice, f"a {rows}-row matmul: int8 {ms['int8']:.2f} ms, widened {ms['widen']:.2f} ms"
 # --8<-- [end:w8a8]
 
 

@@ -13,14 +13,21 @@ import torch
 from safetensors.torch import save_file
 
 from book.tiny import path as tiny_path
-from qwen import fast
+from qwen import fast, quant
 from qwen.attention import Attention
 from qwen.cache import Cache
 from qwen.deltanet import GatedDeltaNet
 from qwen.generate import generate
 from qwen.mlp import MLP
 from qwen.model import Qwen, from_pretrained
-from qwen.quant import Int4Linear, Int8Linear, W8A8Linear, dequantize_int8, quantize_int8
+from qwen.quant import (
+    Int4Linear,
+    Int8Linear,
+    W8A8Linear,
+    dequantize_int8,
+    int8_prompts,
+    quantize_int8,
+)
 from tests.reference import max_diff, our_model, reference_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,20 +174,42 @@ def test_bf16_int8_int4_and_w8a8_errors_next_to_the_clear_bf16_error(pair):
 @FBGEMM
 def test_w8a8_matvec_is_within_half_an_activation_step_of_the_int8_weights():
     """One decode row: x is rounded to 7 bits between min(x, 0) and max(x, 0), so each output is off
-    by at
-    most half a step times the row's sum of |weights|; many rows (prefill) are exactly
-    Int8Linear's."""
+    by at most half a step times the row's sum of |weights|. Many rows (prefill) in int8: each row
+    rounded to steps of max|row| / 127, the same bound with that step; widened: Int8Linear's."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(96, 200, generator=gen) * torch.logspace(-2, 0, 96)[:, None]
     lin, ref_lin = W8A8Linear(w), Int8Linear(w)
-    wd = dequantize_int8(lin.q, lin.s.float())
+    wd = dequantize_int8(ref_lin.q, ref_lin.s.float())
     for x in (torch.randn(1, 200, generator=gen), torch.rand(1, 200, generator=gen) * 30):
         step = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127
         bound = step / 2 * wd.abs().sum(1) * 1.01 + 1e-5
         err = (lin(x) - x @ wd.T).abs()
         assert (err <= bound).all(), f"off by {(err / bound).max():.2f} x the bound"
         assert err.max() > 0, "the activations were rounded"
-    xs = torch.randn(3, 40, 200, generator=gen)  # 120 rows: the prefill path
+    xs = torch.randn(3, 40, 200, generator=gen) * torch.logspace(-1, 1, 200)  # 120 rows: a prompt
+    if int8_prompts()[0] == "int8":
+        rows = xs.reshape(-1, 200)
+        bound = rows.abs().amax(-1, keepdim=True) / 127 / 2 * wd.abs().sum(1) * 1.01 + 1e-5
+        err = (lin(xs).reshape(-1, 96) - rows @ wd.T).abs()
+        assert (err <= bound).all(), f"off by {(err / bound).max():.2f} x the bound"
+        assert err.max() > 0, "the activations were rounded"
+        assert not hasattr(lin, "q"), "q is kept in oneDNN's order instead, not twice"
+    else:
+        assert torch.equal(lin(xs), ref_lin(xs))
+
+
+@FBGEMM
+def test_w8a8_prompts_widen_where_int8_would_not_pay(monkeypatch):
+    """A CPU without VNNI or AMX (AVX2's, whose byte products saturate) widens prompts, exactly as
+    Int8Linear; the choice says why."""
+    monkeypatch.setattr(quant, "cpu_flags", lambda: {"avx2", "fma"})
+    how, why = quant.int8_prompts.__wrapped__()
+    assert how == "widen" and "VNNI" in why
+    monkeypatch.setattr(quant, "int8_prompts", lambda: (how, why))
+    w = torch.randn(40, 64)
+    lin, ref_lin = W8A8Linear(w), Int8Linear(w)
+    xs = torch.randn(2, 30, 64)
+    assert hasattr(lin, "q") and not hasattr(lin, "blocked")
     assert torch.equal(lin(xs), ref_lin(xs))
 
 

@@ -1,0 +1,19 @@
+"""Choosing a kernel by timing it on this machine: the candidates take turns, round after round,
+so that a slow moment of the machine (another process, a page cache filling) falls on all of them
+alike; each one's median round is kept."""
+import time
+
+
+def alternately(runs, rounds=5, calls=1):
+    """{name: milliseconds per call, the median of `rounds` rounds} for runs {name: f}; in each
+    round every f is called `calls` times in turn, after one warm-up call each."""
+    for f in runs.values():
+        f()                                                          # warm-up
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, f in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f()
+            times[name].append((time.perf_counter() - t0) / calls)
+    return {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
