@@ -1,6 +1,6 @@
 """Chapter 16: reading fewer bytes. int8 weights with one scale per output row: the bytes saved, and
 what it costs in accuracy next to bf16's own cost; int4 in groups of 32; then int8 activations too
-(w8a8), measured on decode steps, where they are used."""
+(w8a8), measured on decode steps, each rounded with one scale."""
 import torch
 import torch.nn as nn
 
@@ -72,8 +72,9 @@ for name, m in variants.items():
     print(f"{name:20}{read_bytes(m):>14,}{shown:>14}")
 
 # --8<-- [start:decode]
-# w8a8 rounds the activations only when decoding (a few rows): measure it there, step by step, each
-# step fed the same token as fp32's
+# w8a8, on decode steps: a step is one row, all of it rounded with one scale. (Its prompt takes the
+# path this CPU chose, int8 rows or widened, so its prompt agreement would differ by machine.)
+# Step by step, each step fed the same token as fp32's
 if "fbgemm" in torch.backends.quantized.supported_engines:
     variants["w8a8"] = made(quantize="w8a8")
 prompt, steps = 100, 50
