@@ -122,6 +122,13 @@ def int8_prompts(rows=128, n_in=1024, n_out=3584):
         return "widen", "this torch has no oneDNN int8 matmul"
     if not {"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags():
         return "widen", "no VNNI or AMX: byte products would saturate 16-bit sums"
+    # oneDNN may still run a kernel without them (its ISA capped): try the worst case for 16-bit
+    # sums, every byte product 255 * 127, whose exact answer is known
+    top = Int8Linear(torch.ones(16, 64))                          # q = 127, s = 1/127
+    y = int8_rows(torch.ones(ROWS + 1, 64), torch.ops.onednn.qlinear_prepack(top.q, None), top.s,
+                  torch.zeros(16, dtype=torch.int32))
+    if not torch.allclose(y, torch.full_like(y, 64.0), rtol=1e-3):
+        return "widen", "oneDNN's int8 kernel saturates here (it runs without VNNI or AMX)"
     w, x = torch.randn(n_out, n_in) * 0.02, torch.randn(rows, n_in).bfloat16()  # a bf16 model's
     lin = Int8Linear(w)
     blocked = torch.ops.onednn.qlinear_prepack(lin.q, None)

@@ -805,13 +805,12 @@ def main(argv=None):
 
     def at(n, decode=False):
         """The systems timed at n tokens: the clear path only up to --clear-max; the compiled one
-        only for decode (each new prompt length would compile again), and w8a8 too (its prefill is
-        int8's: the same code)."""
+        only for decode (each new prompt length would compile again)."""
         return {
             k: s
             for k, s in systems.items()
             if not (k == "ours clear" and n > args.clear_max)
-            and not (k in ("ours compiled", "ours w8a8") and not decode)
+            and not (k == "ours compiled" and not decode)
         }
 
     ids = prompt_ids(cfg, max(prompts + contexts + fast_contexts + long))

@@ -4,6 +4,7 @@ cache; bf16, int8, w8a8 and int4 are no further from fp32 than stated next to th
 the result is still a qwen.model.Qwen made of the clear classes, whose tensors .to() moves."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -211,6 +212,17 @@ def test_w8a8_prompts_widen_where_int8_would_not_pay(monkeypatch):
     xs = torch.randn(2, 30, 64)
     assert hasattr(lin, "q") and not hasattr(lin, "blocked")
     assert torch.equal(lin(xs), ref_lin(xs))
+
+
+@FBGEMM
+def test_w8a8_prompts_widen_where_onednn_would_saturate():
+    """oneDNN capped below VNNI adds byte products in 16 bits and saturates: whatever the CPU, the
+    worst-case multiply catches it and prompts widen."""
+    code = "from qwen.quant import int8_prompts; print(int8_prompts()[0])"
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["widen"]
 
 
 def test_w8a8_without_fbgemm_says_what_to_use_instead(monkeypatch):
