@@ -444,10 +444,18 @@ def jobs_count(text):
     return value
 
 
+def last_seconds(name):
+    """Seconds the script's committed run took (0 if none is recorded)."""
+    try:
+        return float(json.loads((OUTPUTS / f"{name}.json").read_text()).get("seconds") or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
 def _runs(names, model, timeout, jobs):
     """(name, run model, a function giving (files, provenance) or raising RuntimeError) in order;
-    with jobs > 1 the scripts run that many at a time, each on THREADS threads, and are reported in
-    order as they finish."""
+    with jobs > 1 the scripts run that many at a time, each on THREADS threads, the longest started
+    first, and are reported in order as they finish."""
     models = {
         n: _config_model() if n in CONFIG_ONLY else _reference_model() if n == "parity" else model
         for n in names
@@ -458,7 +466,9 @@ def _runs(names, model, timeout, jobs):
         return
     pool, futures = ThreadPoolExecutor(max_workers=min(jobs, len(names)) or 1), {}
     try:
-        futures = {n: pool.submit(run_script, n, models[n], timeout) for n in names}
+        # the longest first (by their last recorded run), so that none starts last and runs alone
+        for n in sorted(names, key=lambda n: -last_seconds(n)):
+            futures[n] = pool.submit(run_script, n, models[n], timeout)
         for n in names:
             yield n, models[n], futures[n].result
     finally:
