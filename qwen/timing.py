@@ -4,16 +4,21 @@ alike; each one's median round is kept."""
 import time
 
 
-def alternately(runs, rounds=5, calls=1):
-    """{name: milliseconds per call, the median of `rounds` rounds} for runs {name: f}; in each
-    round every f is called `calls` times in turn, after one warm-up call each."""
+def rounds(runs, repeats=5, calls=1):
+    """{name: [seconds per call, one per round]} for runs {name: f}: one warm-up call each, then in
+    each of `repeats` rounds every f is called `calls` times in turn."""
     for f in runs.values():
         f()                                                          # warm-up
     times = {name: [] for name in runs}
-    for _ in range(rounds):
+    for _ in range(repeats):
         for name, f in runs.items():
             t0 = time.perf_counter()
             for _ in range(calls):
                 f()
             times[name].append((time.perf_counter() - t0) / calls)
-    return {name: 1e3 * sorted(t)[len(t) // 2] for name, t in times.items()}
+    return times
+
+
+def alternately(runs, repeats=5, calls=1):
+    """{name: milliseconds per call, the median of `repeats` rounds} for runs {name: f}."""
+    return {name: 1e3 * sorted(t)[len(t) // 2] for name, t in rounds(runs, repeats, calls).items()}

@@ -31,6 +31,7 @@ from qwen import fast  # noqa: E402
 from qwen.deltanet import chunk_gated_delta_rule  # noqa: E402
 from qwen.model import Qwen  # noqa: E402
 from qwen.optim import AdamW  # noqa: E402
+from qwen.timing import rounds  # noqa: E402
 from qwen.train import SavedBytes, next_token_loss, trainable  # noqa: E402
 from qwen.weights import Config, load  # noqa: E402
 from scripts.bench import cpu_info, machine_name  # noqa: E402
@@ -92,19 +93,6 @@ def reference_and_ours(fields, seed=0):
     return ref, load(Qwen(cfg), W)
 
 
-def round_robin(systems, repeats):
-    """{name: [seconds of each round]}: every round calls each system once, in turn."""
-    for f in systems.values():
-        f()  # warm-up
-    times = {n: [] for n in systems}
-    for _ in range(repeats):
-        for n, f in systems.items():
-            t0 = time.perf_counter()
-            f()
-            times[n].append(time.perf_counter() - t0)
-    return times
-
-
 def summary(times, tokens, base):
     out = {}
     for n, ts in times.items():
@@ -163,7 +151,7 @@ def training_steps(fields, batch, T, repeats):
             )
         del loss
         saved[name] = s.bytes
-    res = summary(round_robin(systems, repeats), batch * T, "transformers")
+    res = summary(rounds(systems, repeats), batch * T, "transformers")
     for name in res:
         res[name]["saved_MB"] = saved[name] / 1e6
     params = sum(p.numel() for p in ours.parameters())
@@ -224,7 +212,7 @@ def delta_rule_backward(H, dk, dv, T, repeats):
             torch.autograd.backward([o, S], [dO, torch.zeros_like(S)])
 
         systems[n] = fwd_bwd
-    res = summary(round_robin(systems, repeats), T, "autograd (ch07 code)")
+    res = summary(rounds(systems, repeats), T, "autograd (ch07 code)")
     for n in res:
         res[n]["saved_MB"] = saved[n] / 1e6
         res[n]["saved_x_autograd"] = saved[n] / saved["autograd (ch07 code)"]
@@ -260,7 +248,7 @@ def lora_step(T, repeats, smoke):
         next_token_loss(model(ids), ids).backward()
         opt.step()
 
-    times = round_robin({"lora": step}, repeats)["lora"]
+    times = rounds({"lora": step}, repeats)["lora"]
     trainable_n = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {
         "T": T,
