@@ -45,7 +45,7 @@ test: lint                           ## the fast tier: library, parity, loaders,
 
 # test-all: one pytest worker per core (pytest-xdist), each test file on one worker, the longest files first
 test-all: lint                       ## every test: the fast tier, then outputs --check, code blocks, site build, notebooks, lessons, browser
-	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest -n auto --dist loadfile --durations=10
+	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder --durations=10
 
 regen: $(VENV)/.test                 ## rerun every chapter script (and the parity report: needs transformers), rewrite docs/outputs, docs/figures, then the chapter notebooks
 	HF_HUB_OFFLINE=1 $(PY) -m book.regen

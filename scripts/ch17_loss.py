@@ -45,7 +45,7 @@ print("every token scored, the prompt too:", f"{next_token_loss(logits, ids):.4f
 
 # --8<-- [start:uniform]
 texts, credit = load_prose()
-held_out = tok.encode(texts[-1]).ids[:2048]                           # the corpus' last text
+held_out = tok.encode(texts[-1]).ids[:1024]                           # the corpus' last text
 window = 512
 z = model(torch.tensor([held_out[:window + 1]]))[0, :-1]              # [512, vocab]
 y = torch.tensor(held_out[1:window + 1])

@@ -108,15 +108,21 @@ SLOW = (
 
 # Under pytest-xdist (make test-all: -n auto --dist loadfile) each test file goes whole to one
 # worker (its module fixtures are made once); the longest files start first, in this order, so
-# that the short ones fill in around them.
-LONGEST_FIRST = (
-    "tests/test_kernels.py",
-    "tests/test_book.py",
-    "tests/test_kernels_avx2.py",
-    "tests/test_notebooks.py",
-    "tests/test_browser.py",
-    "tests/test_lessons.py",
-    "tests/test_regen.py",
+# that the short ones fill in around them (--no-loadscope-reorder: else xdist starts the files
+# with the most tests first, and a long file with one test can start last and run alone).
+LONGEST_FIRST = (  # seconds each took in a full run on 2 cores (both workers busy)
+    "tests/test_browser.py",  # 277
+    "tests/test_kernels.py",  # 242
+    "tests/test_book.py",  # 214
+    "tests/test_notebooks.py",  # 176
+    "tests/test_lessons.py",  # 130
+    "tests/test_regen.py",  # 88
+    "tests/test_kernels_avx2.py",  # 67
+    "tests/test_fast.py",  # 65
+    "tests/test_provenance.py",  # 48
+    "tests/test_bad_input.py",  # 41
+    "tests/test_main.py",  # 38
+    "tests/test_train.py",  # 24
 )
 
 

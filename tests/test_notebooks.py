@@ -28,6 +28,15 @@ from book.regen import available_cores
 PAGES = notebooks.chapter_pages()
 RUN_SCRIPT = re.compile(r"%%bash\npython scripts/ch\d\d_\w+\.py")
 CHAPTERS = sorted({name for _, name in PAGES})
+# a chapter script's listing cell (its "Run it" section, the snippet markers dropped): its source
+LISTINGS = {
+    "\n".join(
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if not notebooks.MARKER.fullmatch(line)
+    ).strip(): path.name
+    for path in (ROOT / "scripts").glob("ch[0-9][0-9]_*.py")
+}
 # per notebook (about 5 to 40 s each on an idle core; generous for a busy CI runner)
 MAX_SECONDS = 240
 
@@ -294,10 +303,17 @@ def executed(tmp_path_factory):
         name, lang = key
         path = notebooks.notebook_path(lang, name)
         nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:  # the chapter script itself: `regen --check` runs it (test_book.py)
-            if cell.cell_type == "code" and RUN_SCRIPT.fullmatch(cell.source.strip()):
+        # the chapter script itself, its listing and its run: `regen --check` runs it (test_book.py)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            if RUN_SCRIPT.fullmatch(cell.source.strip()):
                 cell.source = (
                     f"# {cell.source.splitlines()[-1]}: run by python -m book.regen --check"
+                )
+            elif cell.source.strip() in LISTINGS:
+                cell.source = (
+                    f"# {LISTINGS[cell.source.strip()]}: run by python -m book.regen --check"
                 )
         work = base / f"{lang}-{Path(name).stem}"
         work.mkdir()
