@@ -349,13 +349,14 @@ def test_the_notebook_runs_top_to_bottom_on_the_tiny_model(name, lang, request):
     # it found the repository and the tiny model
     assert "weights:" in setup and str(tiny.path()) in setup
     assert seconds < MAX_SECONDS, f"{path.name} took {seconds:.0f} s"
-    # the figures shown are the ones this run drew, not the book's
+    # the script's cells did not run here (regen --check ran the script): each figure cell shows
+    # the book's figure and says so (that it shows the run's own: the reader's-edit test below)
     for cell in figure_cells(nb):
         svg = [
             o["data"]["image/svg+xml"] for o in cell.outputs if "image/svg+xml" in o.get("data", {})
         ]
         assert len(svg) == 1 and "<svg" in svg[0], cell.source
-        assert notebooks.TEXT[lang]["figure_book"] not in printed(cell)
+        assert notebooks.TEXT[lang]["figure_book"] in printed(cell)
 
 
 def run_env(out):
