@@ -402,7 +402,7 @@ def steps_values(res):
             )
     # llama.cpp on GGUFs of the same weights, and ours against the format that reads as many bytes:
     # each ratio to the clear model measured in turn, multiplied along (as for transformers)
-    twins = {"bf16": "in-place state", "q8_0": "w8a8", "q4_0": "int4"}
+    twins = {"bf16": fast_row["step"], "q8_0": "w8a8", "q4_0": "int4"}
     for name, ref in res.get("steps_reference", {}).items():
         if name.startswith("llama.cpp "):
             fmt = name.split()[1]
@@ -569,6 +569,7 @@ STEP_ZH = {
     "grouped decode": "分组解码注意力",
     "roomy cache": "预留缓存",
     "in-place state": "原地状态",
+    "no subnormals": "没有次正规数",
 }
 
 

@@ -36,8 +36,9 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, state=None):
 
 
 # --8<-- [start:chunk]
-def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64):
-    """The same rule, chunk by chunk: matrix products inside a chunk, one state update per chunk."""
+def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64, exp=torch.exp):
+    """The same rule, chunk by chunk: matrix products inside a chunk, one state update per chunk.
+    `exp` makes every decay factor (chapter 15 passes one that cuts the smallest to zero)."""
     B, H, T, dk = k.shape
     dv, C = v.shape[-1], chunk_size
     pad = -T % C                                            # zero steps (beta = g = 0): no change
@@ -49,24 +50,24 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64):
 
     gamma = g.cumsum(-1)                                    # log decay from chunk start to step i
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    decay = ((gamma[..., :, None] - gamma[..., None, :])    # [B, H, n, C, C]
-             .masked_fill(~causal, float("-inf")).exp())
+    decay = exp((gamma[..., :, None] - gamma[..., None, :])  # [B, H, n, C, C]
+                .masked_fill(~causal, float("-inf")))
     kb = k * beta[..., None]
     A = ((kb @ k.transpose(-1, -2)) * decay).tril(-1)       # step j's write changes step i's error
     M = A + torch.eye(C, dtype=A.dtype, device=A.device)    # unit lower triangular
     # U [B, H, n, C, dv], W [B, H, n, C, dk]
     U = torch.linalg.solve_triangular(M, v * beta[..., None], upper=False)
-    W = torch.linalg.solve_triangular(M, kb * gamma.exp()[..., None], upper=False)
+    W = torch.linalg.solve_triangular(M, kb * exp(gamma)[..., None], upper=False)
     attn = (q @ k.transpose(-1, -2)) * decay                # causal, decayed q.k inside the chunk
-    q_in = q * gamma.exp()[..., None]                       # queries read S decayed to step i
-    k_out = k * (gamma[..., -1:] - gamma).exp()[..., None]  # keys decayed to the chunk end
+    q_in = q * exp(gamma)[..., None]                        # queries read S decayed to step i
+    k_out = k * exp(gamma[..., -1:] - gamma)[..., None]     # keys decayed to the chunk end
 
     S = torch.zeros(B, H, dk, dv, dtype=v.dtype, device=v.device) if state is None else state
     out = torch.empty(B, H, n, C, dv, dtype=v.dtype, device=v.device)
     for i in range(n):
         new_v = U[:, :, i] - W[:, :, i] @ S  # [B, H, C, dv] what the old state does not predict
         out[:, :, i] = q_in[:, :, i] @ S + attn[:, :, i] @ new_v
-        S = S * gamma[:, :, i, -1, None, None].exp() + k_out[:, :, i].transpose(-1, -2) @ new_v
+        S = S * exp(gamma[:, :, i, -1, None, None]) + k_out[:, :, i].transpose(-1, -2) @ new_v
     return out.view(B, H, n * C, dv)[:, :, :T], S
 # --8<-- [end:chunk]
 

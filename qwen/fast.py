@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from qwen.attention import Attention
 from qwen.cache import KVCache
-from qwen.deltanet import GatedDeltaNet
+from qwen.deltanet import GatedDeltaNet, chunk_gated_delta_rule
 from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP
 from qwen.model import Qwen
@@ -499,9 +499,34 @@ def inplace_state(model):
 # --8<-- [end:state]
 
 
+# --8<-- [start:subnormals]
+CUT = -60.0    # e^-60 = 8.8e-27: next to a term near 1, fp32 (2^-24 = 6e-8 apart) cannot hold it
+
+
+def cut_exp(x):
+    """e^x, but exactly 0 where x < CUT: no result in fp32's subnormal range (below 1.2e-38),
+    which x86 CPUs add and multiply in microcode, tens of times slower than normal numbers."""
+    return x.masked_fill(x < CUT, float("-inf")).exp()
+
+
+class CutDecayDeltaNet(GatedDeltaNet):
+    def delta_rule(self, q, k, v, g, beta, state):
+        if state is not None and q.shape[2] == 1:
+            return super().delta_rule(q, k, v, g, beta, state)
+        return chunk_gated_delta_rule(q, k, v, g, beta, state, exp=cut_exp)
+
+
+def no_subnormals(model):
+    """Step 11 (chapter 15): a prompt's decay factors below e^-60 are zero, not subnormal."""
+    for m in model.modules():
+        if isinstance(m, GatedDeltaNet):
+            swap(m, CutDecayDeltaNet)
+# --8<-- [end:subnormals]
+
+
 # --8<-- [start:quantize]
 def quantize_weights(model, kind):
-    """Step 11 (chapter 16): every projection and the head as int8 ("int8"), int8 multiplied in
+    """Step 12 (chapter 16): every projection and the head as int8 ("int8"), int8 multiplied in
     int8 when decoding ("w8a8") or int4 in groups of 32 ("int4"); the embedding stays a lookup."""
     if kind not in QUANTIZED:
         raise ValueError(f"quantize={kind!r}: use None (the weights as they are), "
@@ -518,7 +543,7 @@ STEPS = {"mapped load": None, "joined projections": join_projections,
          "fused norms": fuse_norms,
          "decode conv": decode_conv, "sdpa prompts": sdpa_prompts,
          "grouped decode": grouped_decode, "roomy cache": roomy_cache,
-         "in-place state": inplace_state}
+         "in-place state": inplace_state, "no subnormals": no_subnormals}
 
 
 def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, steps=None,

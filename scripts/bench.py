@@ -406,6 +406,7 @@ CHAPTER = {
     "grouped decode": 15,
     "roomy cache": 15,
     "in-place state": 15,
+    "no subnormals": 15,
     "int8": 16,
     "w8a8": 16,
     "int4": 16,

@@ -350,6 +350,43 @@ def test_packed_weights_compute_what_the_plain_bf16_weight_computes(monkeypatch)
     )
 
 
+SUBNORMAL = torch.finfo(torch.float32).tiny  # 1.2e-38: below it (and above 0), fp32 is subnormal
+
+
+def subnormals(t):
+    return int(((t != 0) & (t.abs() < SUBNORMAL)).sum())
+
+
+def test_cut_exp_is_exp_down_to_the_cut_and_zero_below_it():
+    x = torch.tensor([0.0, -1.0, fast.CUT, fast.CUT - 1e-3, -90.0, -100.0, float("-inf")])
+    got = fast.cut_exp(x)
+    assert torch.equal(got[:3], x[:3].exp())
+    assert torch.equal(got[3:], torch.zeros(4))
+    assert subnormals(x.exp()) == 2 and subnormals(got) == 0  # e^-90, e^-100: subnormal in fp32
+
+
+def test_a_prompt_with_fast_decays_is_the_same_without_subnormals():
+    """Decays as a random model's (down to e^-60 per token): the clear rule makes subnormal decay
+    factors, the cut one none, and their outputs and states agree to fp32's rounding."""
+    from qwen.deltanet import chunk_gated_delta_rule, l2norm
+
+    gen = torch.Generator().manual_seed(0)
+    B, H, T, d = 1, 4, 128, 32
+    q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
+    k = l2norm(torch.randn(B, H, T, d, generator=gen))
+    v = torch.randn(B, H, T, d, generator=gen)
+    g = -torch.rand(B, H, T, generator=gen) * 60
+    beta = torch.rand(B, H, T, generator=gen)
+    gamma = g.view(B, H, 2, 64).cumsum(-1)
+    assert subnormals(gamma.exp()) > 0 and subnormals(fast.cut_exp(gamma)) == 0
+    for state in (None, torch.randn(B, H, d, d, generator=gen)):
+        o, S = chunk_gated_delta_rule(q, k, v, g, beta, state)
+        o_cut, S_cut = chunk_gated_delta_rule(q, k, v, g, beta, state, exp=fast.cut_exp)
+        for cut, clear in ((o_cut, o), (S_cut, S)):
+            assert (cut - clear).abs().max() <= 1e-6 * clear.abs().max()
+        assert subnormals(o_cut) == 0
+
+
 def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
     clear, folder, ids = pair
     with pytest.raises(ValueError, match='quantize=.int2.*"int8"'):
