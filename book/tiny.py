@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -157,6 +158,14 @@ def build(dest):
     from book.tokenizer import build_tokenizer_json
 
     dest = Path(dest)
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "default":
+        # torch.randn's fp32 values depend on ATen's kernels: the vectorized ones (AVX2, AVX-512)
+        # draw the same bits, the scalar fallback other last bits, and so a few other bf16
+        # weights. The tiny model is drawn with vectorized kernels, whatever this process runs.
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        code = f"from book import tiny; tiny.build({str(dest)!r})"
+        subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
+        return
     dest.mkdir(parents=True, exist_ok=True)
     config = {
         **OFFICIAL_CONFIG,

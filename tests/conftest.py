@@ -103,6 +103,7 @@ SLOW = (
     "tests/test_pretrain.py::test_the_smoke_run",  # pretrain.py --smoke in a subprocess (~15 s)
     "tests/test_fast.py::test_bench_times_llama_cpp",
     "tests/test_book.py::test_tiny_model_builds_byte_for_byte",
+    "tests/test_book.py::test_tiny_model_is_the_books_whatever_kernels",  # a build in a subprocess
 )
 
 

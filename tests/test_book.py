@@ -1,6 +1,8 @@
 """The book's machinery: the tiny test model, output regeneration, and executed code blocks."""
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +19,17 @@ def test_tiny_model_builds_byte_for_byte_the_same(tmp_path, tiny_model):
     tiny.build(tmp_path)
     for f in ("config.json", tiny.WEIGHTS_FILE, "model.safetensors.index.json", "tokenizer.json"):
         assert (tmp_path / f).read_bytes() == (tiny_model / f).read_bytes(), f
+
+
+def test_tiny_model_is_the_books_whatever_kernels_the_process_runs(tmp_path):
+    """The committed outputs were made with one tiny model: drawn with ATen's scalar kernels
+    (ATEN_CPU_CAPABILITY=default, as the limited-kernel checks run) its weights are the same."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
+    code = f"from book import tiny; tiny.build({str(tmp_path)!r})"
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
+    sha = hashlib.sha256((tmp_path / tiny.WEIGHTS_FILE).read_bytes()).hexdigest()
+    book = json.loads((ROOT / "docs" / "outputs" / "ch01_weights.json").read_text())
+    assert sha == book["weights_sha256"]
 
 
 def test_tiny_model_is_in_the_official_layout(tiny_model):
