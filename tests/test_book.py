@@ -1,6 +1,5 @@
 """The book's machinery: the tiny test model, output regeneration, and executed code blocks."""
 
-import hashlib
 import json
 import os
 import re
@@ -27,7 +26,7 @@ def test_tiny_model_is_the_books_whatever_kernels_the_process_runs(tmp_path):
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
     code = f"from book import tiny; tiny.build({str(tmp_path)!r})"
     subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True)
-    sha = hashlib.sha256((tmp_path / tiny.WEIGHTS_FILE).read_bytes()).hexdigest()
+    sha = tiny._sha256(tmp_path / tiny.WEIGHTS_FILE)
     book = json.loads((ROOT / "docs" / "outputs" / "ch01_weights.json").read_text())
     assert sha == book["weights_sha256"]
 
