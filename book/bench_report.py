@@ -52,7 +52,7 @@ def steps_table(res):
     if prof:
         lines.append(
             f"one decode step of the clear model, {prof['ms_per_step']:.0f} ms ({prof['calls']} "
-            "operator calls), by operator (self time): "
+            "operator calls), by operator: "
             + ", ".join(
                 f"{o['op']} {o['ms']:.1f} ms ({o['ms'] / prof['ms_per_step']:.0%}, {o['calls']}x)"
                 for o in prof["ops"][:6]
@@ -570,6 +570,7 @@ STEP_ZH = {
     "roomy cache": "预留缓存",
     "in-place state": "原地状态",
     "no subnormals": "没有次正规数",
+    "one solve per chunk": "每块一次求解",
 }
 
 

@@ -1,6 +1,7 @@
 """Stage 3: the model of qwen/model.py made fast in named steps. Each step changes the reader's own
 modules in place: a load that maps the file, a subclass that overrides one method, a module swap.
-Nothing is restated; tests/test_fast.py proves that each step computes what the clear model does."""
+No module is restated (one step writes chapter 7's chunk rule another way); tests/test_fast.py
+proves that each step computes what the clear model does."""
 # --8<-- [start:imports]
 import ctypes
 import functools
@@ -524,9 +525,59 @@ def no_subnormals(model):
 # --8<-- [end:subnormals]
 
 
+# --8<-- [start:one_solve]
+class OneSolveDeltaNet(CutDecayDeltaNet):
+    def delta_rule(self, q, k, v, g, beta, state):
+        if (state is not None and q.shape[2] == 1) or q.device.type != "cpu":
+            return super().delta_rule(q, k, v, g, beta, state)     # a GPU keeps the batched solves
+        return chunk_rule_one_solve(q, k, v, g, beta, state)
+
+
+def chunk_rule_one_solve(q, k, v, g, beta, state=None, chunk_size=64, exp=cut_exp):
+    """Chapter 7's chunked rule, with V' solved for inside the loop, once per chunk:
+    M V' = beta V - (beta e^gamma K) S. No W = M^-1 (beta e^gamma K), whose entries multiply
+    many decays together and can be subnormal even when every factor is cut."""
+    B, H, T, dk = k.shape
+    dv, C = v.shape[-1], chunk_size
+    pad = -T % C
+    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    n = (T + pad) // C
+    q, k, v = (x.view(B, H, n, C, -1) for x in (q, k, v))
+    g, beta = g.view(B, H, n, C), beta.view(B, H, n, C)
+
+    gamma = g.cumsum(-1)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    decay = exp((gamma[..., :, None] - gamma[..., None, :]).masked_fill(~causal, float("-inf")))
+    kb = k * beta[..., None]
+    M = ((kb @ k.transpose(-1, -2)) * decay).tril(-1) + torch.eye(C, dtype=k.dtype, device=k.device)
+    vb, kb_in = v * beta[..., None], kb * exp(gamma)[..., None]  # the two right-hand sides
+    attn = (q @ k.transpose(-1, -2)) * decay
+    q_in = q * exp(gamma)[..., None]
+    k_out = k * exp(gamma[..., -1:] - gamma)[..., None]
+
+    S = torch.zeros(B, H, dk, dv, dtype=v.dtype, device=v.device) if state is None else state
+    out = torch.empty(B, H, n, C, dv, dtype=v.dtype, device=v.device)
+    for i in range(n):
+        new_v = torch.linalg.solve_triangular(M[:, :, i], vb[:, :, i] - kb_in[:, :, i] @ S,
+                                              upper=False)          # M V' = beta V - (beta e^g K) S
+        out[:, :, i] = q_in[:, :, i] @ S + attn[:, :, i] @ new_v
+        S = S * exp(gamma[:, :, i, -1, None, None]) + k_out[:, :, i].transpose(-1, -2) @ new_v
+    return out.view(B, H, n * C, dv)[:, :, :T], S
+
+
+def one_solve(model):
+    """Step 12 (chapter 15): on a CPU, a prompt's chunks each solve one triangular system in
+    the loop, instead of two for all chunks before it."""
+    for m in model.modules():
+        if isinstance(m, GatedDeltaNet):
+            swap(m, OneSolveDeltaNet)
+# --8<-- [end:one_solve]
+
+
 # --8<-- [start:quantize]
 def quantize_weights(model, kind):
-    """Step 12 (chapter 16): every projection and the head as int8 ("int8"), int8 multiplied in
+    """Step 13 (chapter 16): every projection and the head as int8 ("int8"), int8 multiplied in
     int8 when decoding ("w8a8") or int4 in groups of 32 ("int4"); the embedding stays a lookup."""
     if kind not in QUANTIZED:
         raise ValueError(f"quantize={kind!r}: use None (the weights as they are), "
@@ -543,7 +594,8 @@ STEPS = {"mapped load": None, "joined projections": join_projections,
          "fused norms": fuse_norms,
          "decode conv": decode_conv, "sdpa prompts": sdpa_prompts,
          "grouped decode": grouped_decode, "roomy cache": roomy_cache,
-         "in-place state": inplace_state, "no subnormals": no_subnormals}
+         "in-place state": inplace_state, "no subnormals": no_subnormals,
+         "one solve per chunk": one_solve}
 
 
 def from_pretrained(path, dtype=torch.float32, device="cpu", quantize=None, steps=None,

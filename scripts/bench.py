@@ -20,6 +20,7 @@ given with --gguf (convert it with llama.cpp's own convert_hf_to_gguf.py ... --n
 """
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -407,6 +409,7 @@ CHAPTER = {
     "roomy cache": 15,
     "in-place state": 15,
     "no subnormals": 15,
+    "one solve per chunk": 15,
     "int8": 16,
     "w8a8": 16,
     "int4": 16,
@@ -468,21 +471,35 @@ def step_chain(folder, ids, new_tokens, repeats):
     return rows
 
 
-def decode_profile(model, ids, steps=4):
-    """Where one decode step of `model` goes, by operator: torch.profiler's self CPU time over
-    `steps` steps after a prompt of ids, per step; the ten costliest and the rest."""
-    from torch.profiler import ProfilerActivity, profile
+class OpTimer(TorchDispatchMode):
+    """Each aten operator's time, as the dispatcher calls it: what runs inside an operator (a
+    convolution that loops over its channels with thousands of slices, say) is its own time, not
+    thousands of events; torch.profiler records those one by one, minutes and gigabytes for one
+    step of the clear model where torch's bf16 conv has no vectorized kernel."""
 
+    def __init__(self):
+        super().__init__()
+        self.ms, self.calls = collections.Counter(), collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        name = "aten::" + func.__name__.split(".")[0]
+        self.ms[name] += (time.perf_counter() - t) * 1e3
+        self.calls[name] += 1
+        return out
+
+
+def decode_profile(model, ids, steps=4):
+    """Where one decode step of `model` goes, by operator: each aten operator's time over
+    `steps` steps after a prompt of ids, per step; the ten costliest and the rest."""
     system = Ours(model)
     x = system.prefill(ids)
     system.decode(x, 2)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with OpTimer() as timer:
         system.decode(x, steps)
     ops = sorted(
-        (
-            (e.key, e.self_cpu_time_total / 1e3 / steps, e.count // steps)
-            for e in prof.key_averages()
-        ),
+        ((k, ms / steps, timer.calls[k] // steps) for k, ms in timer.ms.items()),
         key=lambda o: -o[1],
     )
     total = sum(ms for _, ms, _ in ops)

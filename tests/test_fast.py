@@ -387,6 +387,66 @@ def test_a_prompt_with_fast_decays_is_the_same_without_subnormals():
         assert subnormals(o_cut) == 0
 
 
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 150])
+def test_one_solve_per_chunk_is_chapter_7s_rule(T):
+    """V' solved for in the loop equals U - W S of chapter 7, from zero and from a given state,
+    on lengths inside, at and across the chunk border."""
+    from qwen.deltanet import chunk_gated_delta_rule, l2norm
+
+    gen = torch.Generator().manual_seed(T)
+    B, H, d = 2, 3, 16
+    q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
+    k = l2norm(torch.randn(B, H, T, d, generator=gen))
+    v = torch.randn(B, H, T, d, generator=gen)
+    g = -torch.rand(B, H, T, generator=gen) * 3
+    beta = torch.rand(B, H, T, generator=gen)
+    for state in (None, torch.randn(B, H, d, d, generator=gen)):
+        want = chunk_gated_delta_rule(q, k, v, g, beta, None if state is None else state.clone())
+        got = fast.chunk_rule_one_solve(q, k, v, g, beta, None if state is None else state.clone())
+        for a, b in zip(got, want):
+            assert a.shape == b.shape
+            assert (a - b).abs().max() <= 1e-5 * b.abs().max()
+
+
+def test_one_solve_per_chunk_makes_no_w_and_no_subnormals():
+    """Decays down to e^-60 per token: even with every factor cut, chapter 7's W = M^-1 (beta
+    e^gamma K) holds subnormal numbers; the step never forms W, and its output holds none."""
+    from qwen.deltanet import l2norm
+
+    gen = torch.Generator().manual_seed(1)
+    B, H, T, d = 1, 4, 128, 32
+    q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
+    k = l2norm(torch.randn(B, H, T, d, generator=gen))
+    v = torch.randn(B, H, T, d, generator=gen)
+    g = -torch.rand(B, H, T, generator=gen) * 60
+    beta = torch.rand(B, H, T, generator=gen)
+    gamma = g.view(B, H, 2, 64).cumsum(-1)
+    C = 64
+    decay = fast.cut_exp(
+        (gamma[..., :, None] - gamma[..., None, :]).masked_fill(
+            ~torch.ones(C, C, dtype=torch.bool).tril(), float("-inf")
+        )
+    )
+    kb = k.view(B, H, 2, C, d) * beta.view(B, H, 2, C, 1)
+    M = ((kb @ k.view(B, H, 2, C, d).transpose(-1, -2)) * decay).tril(-1) + torch.eye(C)
+    W = torch.linalg.solve_triangular(M, kb * fast.cut_exp(gamma)[..., None], upper=False)
+    assert subnormals(W) > 0
+    o, S = fast.chunk_rule_one_solve(q, k, v, g, beta, torch.randn(B, H, d, d, generator=gen))
+    assert subnormals(o) == 0 and subnormals(S) == 0
+
+
+def test_one_solve_per_chunk_leaves_other_devices_chapter_7s_batched_solves(monkeypatch):
+    layer = GatedDeltaNet.__new__(fast.OneSolveDeltaNet)
+    called = []
+    monkeypatch.setattr(fast, "chunk_rule_one_solve", lambda *a: called.append("cpu") or a[:2])
+    q = torch.zeros(1, 1, 5, 4, device="meta")
+    layer.delta_rule(q, q, q, q[..., 0], q[..., 0], None)  # meta: not a CPU
+    assert called == []
+    q = torch.zeros(1, 1, 5, 4)
+    layer.delta_rule(q, q, q, q[..., 0], q[..., 0], None)
+    assert called == ["cpu"]
+
+
 def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
     clear, folder, ids = pair
     with pytest.raises(ValueError, match='quantize=.int2.*"int8"'):

@@ -292,11 +292,26 @@ CLAIMS = [
         lambda v: all(2 / 3 < v[f"clear_vs_hf_{k}"] < 3 / 2 for k in ("prefill", "decode")),
     ),
     (
-        "13: the matrix products take the largest share of a clear decode step",
+        "13: a clear decode step's profile leads with the matrix products where torch has "
+        "vectorized bf16 kernels (oneDNN's), with the depthwise conv where it has none",
         "bench_steps",
         lambda v: (
-            _clear_profile()["ops"][0]["op"] in ("aten::mm", "aten::addmm", "aten::linear")
+            _clear_profile()["ops"][0]["op"]
+            in (
+                ("aten::mm", "aten::addmm", "aten::linear")
+                if pages.provenance("bench_steps")["cpu"]["onednn_bf16"]
+                else ("aten::convolution",)
+            )
             and _clear_profile()["ops"][0]["ms"] > _clear_profile()["ms_per_step"] / 3
+        ),
+    ),
+    (
+        "13/15: where the activations step chose fp32, it sped up decoding too (the conv became "
+        "fp32) and the decode conv that follows bought little",
+        "bench_steps",
+        lambda v: (
+            not pages.provenance("bench_steps")["values"]["activations_did"].startswith("fp32")
+            or (v["activations_decode_x"] > 1.5 and v["decode_conv_decode_x"] < 1.25)
         ),
     ),
     (
