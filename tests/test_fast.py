@@ -365,18 +365,27 @@ def test_cut_exp_is_exp_down_to_the_cut_and_zero_below_it():
     assert subnormals(x.exp()) == 2 and subnormals(got) == 0  # e^-90, e^-100: subnormal in fp32
 
 
-def test_a_prompt_with_fast_decays_is_the_same_without_subnormals():
-    """Decays as a random model's (down to e^-60 per token): the clear rule makes subnormal decay
-    factors, the cut one none, and their outputs and states agree to fp32's rounding."""
-    from qwen.deltanet import chunk_gated_delta_rule, l2norm
+def delta_inputs(gen, B, H, T, d, fastest):
+    """q, k, v, g, beta of the gated delta rule, drawn from gen: unit keys and queries (queries
+    scaled as attention's), log decays per token down to -fastest."""
+    from qwen.deltanet import l2norm
 
-    gen = torch.Generator().manual_seed(0)
-    B, H, T, d = 1, 4, 128, 32
     q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
     k = l2norm(torch.randn(B, H, T, d, generator=gen))
     v = torch.randn(B, H, T, d, generator=gen)
-    g = -torch.rand(B, H, T, generator=gen) * 60
+    g = -torch.rand(B, H, T, generator=gen) * fastest
     beta = torch.rand(B, H, T, generator=gen)
+    return q, k, v, g, beta
+
+
+def test_a_prompt_with_fast_decays_is_the_same_without_subnormals():
+    """Decays as a random model's (down to e^-60 per token): the clear rule makes subnormal decay
+    factors, the cut one none, and their outputs and states agree to fp32's rounding."""
+    from qwen.deltanet import chunk_gated_delta_rule
+
+    gen = torch.Generator().manual_seed(0)
+    B, H, T, d = 1, 4, 128, 32
+    q, k, v, g, beta = delta_inputs(gen, B, H, T, d, fastest=60)
     gamma = g.view(B, H, 2, 64).cumsum(-1)
     assert subnormals(gamma.exp()) > 0 and subnormals(fast.cut_exp(gamma)) == 0
     for state in (None, torch.randn(B, H, d, d, generator=gen)):
@@ -391,15 +400,11 @@ def test_a_prompt_with_fast_decays_is_the_same_without_subnormals():
 def test_one_solve_per_chunk_is_chapter_7s_rule(T):
     """V' solved for in the loop equals U - W S of chapter 7, from zero and from a given state,
     on lengths inside, at and across the chunk border."""
-    from qwen.deltanet import chunk_gated_delta_rule, l2norm
+    from qwen.deltanet import chunk_gated_delta_rule
 
     gen = torch.Generator().manual_seed(T)
     B, H, d = 2, 3, 16
-    q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
-    k = l2norm(torch.randn(B, H, T, d, generator=gen))
-    v = torch.randn(B, H, T, d, generator=gen)
-    g = -torch.rand(B, H, T, generator=gen) * 3
-    beta = torch.rand(B, H, T, generator=gen)
+    q, k, v, g, beta = delta_inputs(gen, B, H, T, d, fastest=3)
     for state in (None, torch.randn(B, H, d, d, generator=gen)):
         want = chunk_gated_delta_rule(q, k, v, g, beta, None if state is None else state.clone())
         got = fast.chunk_rule_one_solve(q, k, v, g, beta, None if state is None else state.clone())
@@ -411,15 +416,9 @@ def test_one_solve_per_chunk_is_chapter_7s_rule(T):
 def test_one_solve_per_chunk_makes_no_w_and_no_subnormals():
     """Decays down to e^-60 per token: even with every factor cut, chapter 7's W = M^-1 (beta
     e^gamma K) holds subnormal numbers; the step never forms W, and its output holds none."""
-    from qwen.deltanet import l2norm
-
     gen = torch.Generator().manual_seed(1)
     B, H, T, d = 1, 4, 128, 32
-    q = l2norm(torch.randn(B, H, T, d, generator=gen)) * d**-0.5
-    k = l2norm(torch.randn(B, H, T, d, generator=gen))
-    v = torch.randn(B, H, T, d, generator=gen)
-    g = -torch.rand(B, H, T, generator=gen) * 60
-    beta = torch.rand(B, H, T, generator=gen)
+    q, k, v, g, beta = delta_inputs(gen, B, H, T, d, fastest=60)
     gamma = g.view(B, H, 2, 64).cumsum(-1)
     C = 64
     decay = fast.cut_exp(
