@@ -169,11 +169,14 @@ class Int4Linear(torch.nn.Module):
             raise ValueError(f"int4 needs each row's length {w.shape[1]} to divide by {group}")
         self.group, self.out_features = group, w.shape[0]
         w = F.pad(w, (0, 0, 0, -w.shape[0] % 16))            # the kernel packs rows by 16
+        self.device_type = w.device.type                     # each device's kernel, its layout
+        if self.device_type not in ("cpu", "cuda"):
+            raise ValueError(f"int4 has torch kernels for the CPU and CUDA, not "
+                             f"{self.device_type}: use quantize='int8' there")
         packed, s, z = [], [], []
         for part in w.split(32768):            # in slices of rows: the temporaries stay small
             q, sp, zp = quantize_int4(part, group)
-            # the kernel's layout: two nibbles per byte, packed by torch, row by row
-            packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+            packed.append(pack_int4(q))
             s.append(sp)
             z.append(zp)
         s, z = torch.cat(s), torch.cat(z)
@@ -182,9 +185,27 @@ class Int4Linear(torch.nn.Module):
         self.register_buffer("sz", torch.stack([s.t(), z.t()], -1).bfloat16().contiguous())
 
     def forward(self, x):
+        if x.device.type != self.device_type:
+            raise RuntimeError(f"these int4 weights are packed for the {self.device_type}'s "
+                               f"kernel, the input is on {x.device.type}: quantize the model on "
+                               "the device it runs on")
         x2 = x.reshape(-1, x.shape[-1]).bfloat16()
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group, self.sz)
+        if self.device_type == "cuda":
+            y = torch.ops.aten._weight_int4pack_mm(x2, self.packed, self.group, self.sz)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group, self.sz)
         return y[:, :self.out_features].reshape(*x.shape[:-1], -1).to(x.dtype)
+
+
+def pack_int4(q):
+    """q [out, in] (0..15, int32) in the layout of its device's int4 kernel, two nibbles per byte,
+    packed by torch. CUDA's takes bytes made first (even column in the high nibble), in tiles of
+    16 x k columns of 16, k as large as the row's length allows."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    k = next(k for k in (8, 4, 2) if q.shape[1] % (16 * k) == 0)
+    return torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8),
+                                                     k)
 # --8<-- [end:int4]
 
 

@@ -200,6 +200,16 @@ def prefill_shares(model, ids):
 
 
 # ---------------------------------------------------------------------------- the systems
+def done(x):
+    """x, once the device has computed it: a GPU runs what it is given while Python goes on, so a
+    timer stops only after the device has finished (on the CPU this returns at once)."""
+    if x.device.type == "cuda":
+        torch.cuda.synchronize(x.device)
+    elif x.device.type == "mps":
+        torch.mps.synchronize()
+    return x
+
+
 class Ours:
     """Our model: prefill and decode through the same calls generate() makes."""
 
@@ -209,13 +219,13 @@ class Ours:
     @torch.no_grad()
     def prefill(self, ids, room=256):
         self.cache = self.model.new_cache(max_tokens=ids.shape[1] + room)
-        return self.model(ids, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
+        return done(self.model(ids, cache=self.cache, last_only=True)[:, -1:].argmax(-1))
 
     @torch.no_grad()
     def decode(self, x, n):
         for _ in range(n):
             x = self.model(x, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
-        return x
+        return done(x)
 
 
 class AtContext(Ours):
@@ -257,6 +267,7 @@ class Compiled(Ours):
         t0 = time.perf_counter()
         for _ in range(n):
             x = self.step(x, cache=self.cache, last_only=True)[:, -1:].argmax(-1)
+        done(x)
         if self.compile_seconds is None:
             self.compile_seconds = time.perf_counter() - t0
         return x
@@ -265,7 +276,7 @@ class Compiled(Ours):
 class Transformers:
     """transformers' Qwen3_5ForCausalLM with its DynamicCache; logits of the last position only."""
 
-    def __init__(self, folder, dtype):
+    def __init__(self, folder, dtype, device="cpu"):
         from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
         from qwen.weights import load_weights
@@ -279,13 +290,14 @@ class Transformers:
         W = {"model." + k: v for k, v in load_weights(folder, dtype).items()}
         self.model.load_state_dict(W, strict=False, assign=True)
         self.model.tie_weights()
+        self.model.to(device)
 
     @torch.no_grad()
     def prefill(self, ids):
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.model.config)
-        return (
+        return done(
             self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
             .logits[:, -1:]
             .argmax(-1)
@@ -301,7 +313,7 @@ class Transformers:
                 .logits[:, -1:]
                 .argmax(-1)
             )
-        return x
+        return done(x)
 
 
 class LlamaCpp:
@@ -416,29 +428,30 @@ CHAPTER = {
 }
 
 
-def chain_specs():
+def chain_specs(device="cpu"):
     """The steps of qwen.fast in the book's order, each model with every step before it: the bf16
-    chain from the clear model, then the quantized one (its kernels replace the packed weights)."""
+    chain from the clear model, then the quantized one (its kernels replace the packed weights).
+    On a GPU: int8 and int4 (w8a8 is fbgemm's, a CPU library)."""
     names = list(fast.STEPS)
     bf16 = [("clear", None)] + [(n, {"steps": names[: i + 1]}) for i, n in enumerate(names)]
     plain = [n for n in names if n != "packed weights"]
     kinds = ["int8", "w8a8", "int4"]
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
+    if "fbgemm" not in torch.backends.quantized.supported_engines or device != "cpu":
         kinds.remove("w8a8")
     return {"bf16": bf16, "quantized": [(q, {"steps": plain, "quantize": q}) for q in kinds]}
 
 
-def step_chain(folder, ids, new_tokens, repeats):
+def step_chain(folder, ids, new_tokens, repeats, device="cpu"):
     """Each step's model timed in turn with the one before it (A B B A): prefill of ids and
     new_tokens decode steps after it, tokens/s and the median of the paired ratios to the step
     before; what the step did (or chose, and why) from model.steps."""
     rows, prev = [], None
-    for chain, specs in chain_specs().items():
+    for chain, specs in chain_specs(device).items():
         for label, kw in specs:
             model = (
-                clear_from_pretrained(folder, torch.bfloat16)
+                clear_from_pretrained(folder, torch.bfloat16, device)
                 if kw is None
-                else fast.from_pretrained(folder, torch.bfloat16, **kw)
+                else fast.from_pretrained(folder, torch.bfloat16, device, **kw)
             )
             cur = Ours(model)
             systems = {"cur": cur, **({"prev": prev} if prev else {})}
@@ -459,7 +472,7 @@ def step_chain(folder, ids, new_tokens, repeats):
                     a / b for a, b in zip(p["prev"], p["cur"])
                 )
                 row["decode_x_prev"] = statistics.median(a / b for a, b in zip(d["prev"], d["cur"]))
-            if kw is None:  # where the clear model's decode step goes
+            if kw is None and device == "cpu":  # where the clear model's decode step goes
                 row["profile"] = decode_profile(model, ids)
             rows.append(row)
             print(
@@ -587,6 +600,13 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="the tiny test model (a smoke run)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda", "mps"],
+        help="with --steps-only: time the chain on this device (a GPU: transformers on it too, "
+        "and --compile adds the compiled decode step; no llama.cpp)",
+    )
     ap.add_argument("--prompts", default="128,512,2048", help="prefill lengths")
     ap.add_argument("--contexts", default="128,2048", help="decode after this many tokens")
     ap.add_argument("--fast-contexts", default="8192", help="more decode contexts, fast path only")
@@ -657,6 +677,15 @@ def main(argv=None):
     if args.make_random_08b:
         print(make_random_08b())
         return 0
+    if args.device != "cpu":
+        if not args.steps_only:
+            ap.error(f"--device {args.device}: the full benchmark is the CPU's; give --steps-only")
+        if args.gguf:
+            ap.error(f"--device {args.device}: llama-bench runs on the CPU here; leave out --gguf")
+        if args.device == "cuda" and not torch.cuda.is_available():
+            ap.error(f"--device cuda: no CUDA GPU is visible to torch {torch.__version__}")
+        if args.device == "mps" and not torch.backends.mps.is_available():
+            ap.error("--device mps: Apple's Metal backend is not available here")
     if args.write and args.tiny:
         ap.error(
             "--write records the book's benchmark of the 0.8B shapes in docs/outputs; a --tiny run "
@@ -744,6 +773,7 @@ def main(argv=None):
     res = {
         "machine": machine_name(),
         "cpu": cpu_info(),
+        "device": device_info(args.device),
         "threads": args.threads,
         "model": TINY if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
         "repeats": args.repeats,
@@ -754,17 +784,21 @@ def main(argv=None):
         res["llama_cpp"] = " ".join((v.stdout + v.stderr).split())
     n = 16 if args.tiny else args.steps_prompt
     res["steps_prompt"] = n
-    res["steps"] = step_chain(folder, prompt_ids(cfg, n), args.new_tokens, args.repeats)
+    dev = args.device
+    ids = prompt_ids(cfg, n).to(dev)
+    res["steps"] = step_chain(folder, ids, args.new_tokens, args.repeats, dev)
     # the references, timed in turn with the clear model: transformers, and llama.cpp on GGUFs of
     # the same weights when --gguf gives them
-    refs = {} if args.no_transformers else {"transformers": Transformers(folder, torch.bfloat16)}
+    refs = {}
+    if not args.no_transformers:
+        refs["transformers"] = Transformers(folder, torch.bfloat16, dev)
     for spec in args.gguf:
         name, _, file = spec.partition("=")
         refs[f"llama.cpp {name}"] = LlamaCpp(args.llama_bench, file, args.threads)
     if refs:
-        pair = {**refs, "clear": Ours(clear_from_pretrained(folder, torch.bfloat16))}
-        p = interleaved(pair, prefill_run(prompt_ids(cfg, n)), args.repeats)
-        d = interleaved(pair, decode_run(prompt_ids(cfg, n), args.new_tokens), args.repeats)
+        pair = {**refs, "clear": Ours(clear_from_pretrained(folder, torch.bfloat16, dev))}
+        p = interleaved(pair, prefill_run(ids), args.repeats)
+        d = interleaved(pair, decode_run(ids, args.new_tokens), args.repeats)
         res["steps_reference"] = {
             name: {
                 "prefill_tok_s": n / statistics.median(p[name]),
@@ -775,6 +809,33 @@ def main(argv=None):
             for name in refs
         }
         del pair, refs
+    if args.json and dev != "cpu":  # what a GPU's time bought so far, should the compile fail
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+    if args.steps_only and args.compile:
+        # the fastest bf16 model's decode under torch.compile, in turn with it eager; the first
+        # compiled call (its compile, with an empty compile cache) is timed apart
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-inductor-")
+        eager = fast.from_pretrained(folder, torch.bfloat16, dev)
+        pair = {"eager": Ours(eager), "compiled": Compiled(eager)}
+        d = interleaved(pair, decode_run(ids, args.new_tokens), args.repeats)
+        res["steps_compiled"] = {
+            "decode_tok_s": args.new_tokens / statistics.median(d["compiled"]),
+            "eager_decode_tok_s": args.new_tokens / statistics.median(d["eager"]),
+            "decode_x_eager": statistics.median(a / b for a, b in zip(d["eager"], d["compiled"])),
+            "compile_seconds": pair["compiled"].compile_seconds,
+        }
+        del pair, eager
+    if args.steps_only and dev != "cpu":  # the CPU's limits and loads are another benchmark's
+        res["seconds"] = time.perf_counter() - started
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1) + "\n")
+        for row in res["steps"]:
+            print(
+                f"  {row['step']:20} prefill {row['prefill_tok_s']:9.1f}  "
+                f"decode {row['decode_tok_s']:7.1f}  {row['did']}"
+            )
+        print(json.dumps({k: res[k] for k in ("steps_reference", "steps_compiled") if k in res}))
+        return 0
     if args.steps_only:
         res["limits"] = machine_limits(args.tiny)
         res["batch_sweep"] = batch_sweep(*((256, 512) if args.tiny else ()))
@@ -878,6 +939,22 @@ def main(argv=None):
         write_outputs(res, text, folder)
         write_outputs(res, steps_table(res), folder, "bench_steps")
     return 0
+
+
+def device_info(device):
+    """The accelerator the steps ran on (None on the CPU): its name, and torch's build for it."""
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        return {
+            "type": "cuda",
+            "name": p.name,
+            "memory_GB": p.total_memory / 1e9,
+            "capability": f"{p.major}.{p.minor}",
+            "cuda": torch.version.cuda,
+        }
+    if device == "mps":
+        return {"type": "mps", "name": platform.machine()}
+    return None
 
 
 def prompt_ids(cfg, n):

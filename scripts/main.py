@@ -132,10 +132,14 @@ def load_model(args):
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
     try:
-        # the model made fast (chapters 14-16), on any device; w8a8 and int4 use CPU kernels
-        if args.quantize in ("w8a8", "int4") and args.device != "cpu":
-            raise Abort(f"--quantize {args.quantize} runs on CPU kernels: use --device cpu, "
+        # the model made fast (chapters 14-16), on any device; w8a8 uses CPU kernels, int4 the
+        # CPU's or CUDA's
+        if args.quantize == "w8a8" and args.device != "cpu":
+            raise Abort("--quantize w8a8 runs on CPU kernels: use --device cpu, "
                         "or --quantize int8")
+        if args.quantize == "int4" and args.device == "mps":
+            raise Abort("--quantize int4 has kernels for the CPU and CUDA: use --device cpu or "
+                        "cuda, or --quantize int8")
         model = fast.from_pretrained(folder, DTYPES[args.dtype], args.device,
                                      quantize=args.quantize)
     except (CheckpointError, FileNotFoundError, ValueError) as e:    # each names the file
