@@ -24,9 +24,12 @@ PAIR_REPEATS = 7  # turns of each context pair: a ratio near 1 needs more than -
 
 def steps_table(res):
     """The steps, one row each: tokens/s and the paired ratio to the step before."""
-    cpu = res["cpu"]
+    cpu, dev = res["cpu"], res.get("device")
     lines = [
-        f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · {res['threads']} threads",
+        f"{res['model']} · {dev['name']} (CUDA {dev['cuda']}; host {cpu['name']})"
+        if dev
+        else f"{res['model']} · {cpu['name']} ({', '.join(cpu['flags'])}) · "
+        f"{res['threads']} threads",
         f"prefill of {res['steps_prompt']} tokens, then {res['new_tokens']} decode steps; tokens/s,"
         f" median of {res['repeats']} (x = median of paired ratios to the step before)",
         # each heading ends where its numbers end; the ratios (7 wide) sit to their right
@@ -48,6 +51,13 @@ def steps_table(res):
         )
     if res.get("llama_cpp"):
         lines.append(f"llama.cpp: llama-bench -t {res['threads']}, {res['llama_cpp']}")
+    if res.get("steps_compiled"):
+        c = res["steps_compiled"]
+        lines.append(
+            f"the last bf16 step under torch.compile: decode {c['decode_tok_s']:.2f} tokens/s, "
+            f"x{c['decode_x_eager']:.2f} the same model eager ({c['eager_decode_tok_s']:.2f}); "
+            f"its first call, which compiles, {c['compile_seconds']:.0f} s"
+        )
     prof = next((r["profile"] for r in res["steps"] if "profile" in r), None)
     if prof:
         lines.append(
@@ -377,6 +387,16 @@ def steps_values(res):
         "cpu_flags": ", ".join(res["cpu"]["flags"]),
         "threads": str(res["threads"]),
     }
+    if res.get("device"):  # a GPU's run: its name, and what torch.compile bought there
+        v["device"] = res["device"]["name"]
+    if res.get("steps_compiled"):
+        c = res["steps_compiled"]
+        v.update(
+            compiled_decode=f"{c['decode_tok_s']:.1f}",
+            compiled_eager_decode=f"{c['eager_decode_tok_s']:.1f}",
+            compiled_x_eager=f"{c['decode_x_eager']:.1f}",
+            compile_s=f"{c['compile_seconds']:.0f}",
+        )
     rows = {r["step"]: r for r in res["steps"]}
     for r in res["steps"]:
         key = r["step"].replace(" ", "_").replace("-", "_")
@@ -496,23 +516,27 @@ def write_outputs(res, text, folder, name="bench_08b", date=None, sha256=None):
             f"{name}: the book records the 0.8B runs only, not one on the {res['model']}"
         )
     figures = drawn(res, name)
+    dev = res.get("device")
     prov = {
         "script": "scripts/bench.py",
         "model": res["model"],
         "weights_sha256": identify(folder).sha256,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": f"cpu ({platform.machine()}, {res['threads']} threads)",
+        "torch": res.get("torch", torch.__version__),
+        "python": res.get("python", platform.python_version()),
+        "device": f"cuda ({dev['name']})"
+        if dev
+        else f"cpu ({platform.machine()}, {res['threads']} threads)",
         "dtype": "bfloat16",
         "seconds": round(res["seconds"], 1),
-        "values": steps_values(res) if name == "bench_steps" else flat_values(res),
+        "values": steps_values(res) if name.startswith("bench_steps") else flat_values(res),
         "figures": figure_names(figures),
         "measured": True,
-        "machine": res["machine"],
+        "machine": f"{dev['name']}, host {res['machine']}" if dev else res["machine"],
         "cpu": res.get("cpu"),
         "threads": res["threads"],
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "load": res["load_avg"],
+        "date": res.get("date")
+        or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "load": res.get("load_avg"),
         "results": res,
     }
     files = {
@@ -531,8 +555,8 @@ def redraw(name, docs=ROOT / "docs"):
     doc = docs / "outputs" / f"{name}.json"
     prov = json.loads(doc.read_text())
     res = prov["results"]
-    text = steps_table(res) if name == "bench_steps" else table(res)
-    values = steps_values(res) if name == "bench_steps" else flat_values(res)
+    text = steps_table(res) if name.startswith("bench_steps") else table(res)
+    values = steps_values(res) if name.startswith("bench_steps") else flat_values(res)
     for key in sorted(
         k for k in values.keys() & prov["values"].keys() if values[k] != prov["values"][k]
     ):
@@ -725,5 +749,5 @@ def draw_long(res, t):
 
 
 if __name__ == "__main__":  # python -m book.bench_report bench_steps bench_08b: redraw, no timing
-    for name in sys.argv[1:] or ["bench_steps", "bench_08b"]:
+    for name in sys.argv[1:] or ["bench_steps", "bench_steps_cuda", "bench_08b"]:
         print(f"{name}: {', '.join(redraw(name)) or 'the same'}")

@@ -753,7 +753,10 @@ def main(argv=None):
             text = steps_table(res)
             print(text)
             if args.write:
-                write_outputs(res, text, RANDOM_08B, "bench_steps")
+                name = (
+                    f"bench_steps_{res['device']['type']}" if res.get("device") else "bench_steps"
+                )
+                write_outputs(res, text, RANDOM_08B, name)
         return 0
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -774,6 +777,9 @@ def main(argv=None):
         "machine": machine_name(),
         "cpu": cpu_info(),
         "device": device_info(args.device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "threads": args.threads,
         "model": TINY if args.tiny else "Qwen3.5-0.8B shapes, random bf16 weights",
         "repeats": args.repeats,

@@ -211,6 +211,11 @@ def _values(name):
     }
 
 
+def _keys(device):
+    """The value names of the steps run on `device` (bench_steps_<device>)."""
+    return pages.provenance(f"bench_steps_{device}")["values"].keys()
+
+
 def _clear_profile():
     """The timed profile of one clear decode step that bench_steps recorded (not a flat value)."""
     return next(
@@ -318,6 +323,26 @@ CLAIMS = [
         "16: torch's bf16 matrix-vector kernel read fewer bytes per second than a plain read",
         "bench_steps",
         lambda v: v["gemv_bf16_GBps"] < v["read_GBps"],
+    ),
+    # the steps chain on a GPU (bench_steps_cuda), chapter 15's "On a GPU"
+    (
+        "15: on the GPU the eager rows decode at about the same speed (bound by calls, not bytes)",
+        "bench_steps_cuda",
+        lambda v: (
+            max(v[k] for k in v if k.endswith("_decode") and f"{k[:-7]}_did" in _keys("cuda"))
+            < 1.5
+            * min(v[k] for k in v if k.endswith("_decode") and f"{k[:-7]}_did" in _keys("cuda"))
+        ),
+    ),
+    (
+        "15: on the GPU torch.compile, which removes calls, pays several times over eager decode",
+        "bench_steps_cuda",
+        lambda v: v["compiled_x_eager"] > 2,
+    ),
+    (
+        "15: on the GPU transformers without its optional kernels decodes slower than our models",
+        "bench_steps_cuda",
+        lambda v: v["hf_decode"] < v["clear_decode"] and v["hf_decode"] < v["fast_decode"],
     ),
     (
         "14: once loaded, the mapped model runs about as fast as the clear one (a ratio near 1)",
