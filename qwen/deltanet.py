@@ -1,6 +1,8 @@
 """Gated DeltaNet: linear attention whose fixed-size state is decayed and corrected by the delta
 rule at every token."""
 # --8<-- [start:imports]
+from typing import NamedTuple
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,11 +38,22 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, state=None):
 
 
 # --8<-- [start:chunk]
-def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64, exp=torch.exp):
-    """The same rule, chunk by chunk: matrix products inside a chunk, one state update per chunk.
-    `exp` makes every decay factor (chapter 15 passes one that cuts the smallest to zero)."""
+class Chunks(NamedTuple):
+    """A prompt cut into n chunks of C steps, with what every chunk needs that the state does not
+    change, all chunks at once: tensors [B, H, n, C, ...] (end: [B, H, n])."""
+    M: torch.Tensor       # I + (beta K K^T) * Gamma, strictly below the diagonal [C, C]
+    vb: torch.Tensor      # beta V, the right-hand side of U
+    kg: torch.Tensor      # beta e^gamma K, the right-hand side of W
+    attn: torch.Tensor    # (Q K^T) * Gamma, causal and decayed
+    q_in: torch.Tensor    # e^gamma Q: queries read S decayed to step i
+    k_out: torch.Tensor   # e^(gamma_C - gamma) K: keys decayed to the chunk's end
+    end: torch.Tensor     # e^gamma_C: the whole chunk's decay of S
+    T: int                # the steps before padding
+
+
+def chunked(q, k, v, g, beta, C=64, exp=torch.exp):
+    """The inputs of the chunked rule, cut into chunks, and every term that does not need S."""
     B, H, T, dk = k.shape
-    dv, C = v.shape[-1], chunk_size
     pad = -T % C                                            # zero steps (beta = g = 0): no change
     q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
     g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
@@ -55,20 +68,27 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64, exp=torc
     kb = k * beta[..., None]
     A = ((kb @ k.transpose(-1, -2)) * decay).tril(-1)       # step j's write changes step i's error
     M = A + torch.eye(C, dtype=A.dtype, device=A.device)    # unit lower triangular
-    # U [B, H, n, C, dv], W [B, H, n, C, dk]
-    U = torch.linalg.solve_triangular(M, v * beta[..., None], upper=False)
-    W = torch.linalg.solve_triangular(M, kb * exp(gamma)[..., None], upper=False)
-    attn = (q @ k.transpose(-1, -2)) * decay                # causal, decayed q.k inside the chunk
-    q_in = q * exp(gamma)[..., None]                        # queries read S decayed to step i
-    k_out = k * exp(gamma[..., -1:] - gamma)[..., None]     # keys decayed to the chunk end
+    return Chunks(M, v * beta[..., None], kb * exp(gamma)[..., None],
+                  (q @ k.transpose(-1, -2)) * decay, q * exp(gamma)[..., None],
+                  k * exp(gamma[..., -1:] - gamma)[..., None], exp(gamma[..., -1]), T)
 
-    S = torch.zeros(B, H, dk, dv, dtype=v.dtype, device=v.device) if state is None else state
+
+def chunk_gated_delta_rule(q, k, v, g, beta, state=None, chunk_size=64, exp=torch.exp):
+    """The same rule, chunk by chunk: matrix products inside a chunk, one state update per chunk.
+    `exp` makes every decay factor (chapter 15 passes one that cuts the smallest to zero)."""
+    c = chunked(q, k, v, g, beta, chunk_size, exp)
+    B, H, n, C, dv = c.vb.shape
+    U = torch.linalg.solve_triangular(c.M, c.vb, upper=False)  # [B, H, n, C, dv]
+    W = torch.linalg.solve_triangular(c.M, c.kg, upper=False)  # [B, H, n, C, dk]
+
+    S = (torch.zeros(B, H, W.shape[-1], dv, dtype=v.dtype, device=v.device)
+         if state is None else state)
     out = torch.empty(B, H, n, C, dv, dtype=v.dtype, device=v.device)
     for i in range(n):
         new_v = U[:, :, i] - W[:, :, i] @ S  # [B, H, C, dv] what the old state does not predict
-        out[:, :, i] = q_in[:, :, i] @ S + attn[:, :, i] @ new_v
-        S = S * exp(gamma[:, :, i, -1, None, None]) + k_out[:, :, i].transpose(-1, -2) @ new_v
-    return out.view(B, H, n * C, dv)[:, :, :T], S
+        out[:, :, i] = c.q_in[:, :, i] @ S + c.attn[:, :, i] @ new_v
+        S = S * c.end[:, :, i, None, None] + c.k_out[:, :, i].transpose(-1, -2) @ new_v
+    return out.view(B, H, n * C, dv)[:, :, :c.T], S
 # --8<-- [end:chunk]
 
 

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 
 from qwen.attention import Attention
 from qwen.cache import KVCache
-from qwen.deltanet import GatedDeltaNet, chunk_gated_delta_rule
+from qwen.deltanet import GatedDeltaNet, chunk_gated_delta_rule, chunked
 from qwen.embedding import Embedding, LMHead
 from qwen.mlp import MLP
 from qwen.model import Qwen
@@ -537,33 +537,17 @@ def chunk_rule_one_solve(q, k, v, g, beta, state=None, chunk_size=64, exp=cut_ex
     """Chapter 7's chunked rule, with V' solved for inside the loop, once per chunk:
     M V' = beta V - (beta e^gamma K) S. No W = M^-1 (beta e^gamma K), whose entries multiply
     many decays together and can be subnormal even when every factor is cut."""
-    B, H, T, dk = k.shape
-    dv, C = v.shape[-1], chunk_size
-    pad = -T % C
-    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-    g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
-    n = (T + pad) // C
-    q, k, v = (x.view(B, H, n, C, -1) for x in (q, k, v))
-    g, beta = g.view(B, H, n, C), beta.view(B, H, n, C)
-
-    gamma = g.cumsum(-1)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    decay = exp((gamma[..., :, None] - gamma[..., None, :]).masked_fill(~causal, float("-inf")))
-    kb = k * beta[..., None]
-    M = ((kb @ k.transpose(-1, -2)) * decay).tril(-1) + torch.eye(C, dtype=k.dtype, device=k.device)
-    vb, kb_in = v * beta[..., None], kb * exp(gamma)[..., None]  # the two right-hand sides
-    attn = (q @ k.transpose(-1, -2)) * decay
-    q_in = q * exp(gamma)[..., None]
-    k_out = k * exp(gamma[..., -1:] - gamma)[..., None]
-
-    S = torch.zeros(B, H, dk, dv, dtype=v.dtype, device=v.device) if state is None else state
+    c = chunked(q, k, v, g, beta, chunk_size, exp)           # chapter 7's chunks, as they are
+    B, H, n, C, dv = c.vb.shape
+    S = (torch.zeros(B, H, c.kg.shape[-1], dv, dtype=v.dtype, device=v.device)
+         if state is None else state)
     out = torch.empty(B, H, n, C, dv, dtype=v.dtype, device=v.device)
     for i in range(n):
-        new_v = torch.linalg.solve_triangular(M[:, :, i], vb[:, :, i] - kb_in[:, :, i] @ S,
+        new_v = torch.linalg.solve_triangular(c.M[:, :, i], c.vb[:, :, i] - c.kg[:, :, i] @ S,
                                               upper=False)          # M V' = beta V - (beta e^g K) S
-        out[:, :, i] = q_in[:, :, i] @ S + attn[:, :, i] @ new_v
-        S = S * exp(gamma[:, :, i, -1, None, None]) + k_out[:, :, i].transpose(-1, -2) @ new_v
-    return out.view(B, H, n * C, dv)[:, :, :T], S
+        out[:, :, i] = c.q_in[:, :, i] @ S + c.attn[:, :, i] @ new_v
+        S = S * c.end[:, :, i, None, None] + c.k_out[:, :, i].transpose(-1, -2) @ new_v
+    return out.view(B, H, n * C, dv)[:, :, :c.T], S
 
 
 def one_solve(model):
