@@ -69,6 +69,13 @@ def steps_table(res):
             )
             + f", the rest {prof['rest_ms']:.1f} ms"
         )
+    split = next((r["split"] for r in res["steps"] if "split" in r), None)
+    if split:
+        lines.append(
+            f"one decode step of the last bf16 step's model, {split['step_ms']:.0f} ms "
+            f"({split['calls']} operator calls): its {split['matmuls']} matrix products alone, "
+            f"replayed, {split['matmul_ms']:.0f} ms"
+        )
     if res.get("batch_sweep"):
         lines.append(
             "x @ w.T with w bf16 3584 x 1024, GFLOP/s by rows B: "
@@ -475,6 +482,20 @@ def steps_values(res):
             ridge=f"{peak / lim['read_GBps']:.0f}",
             peak_GFLOPs=f"{peak:.0f}",
         )
+    split = next((r["split"] for r in res["steps"] if "split" in r), None)
+    if split:
+        v.update(
+            fast_step_ms=f"{split['step_ms']:.0f}",
+            fast_matmul_ms=f"{split['matmul_ms']:.0f}",
+            fast_matmul_share=f"{split['matmul_ms'] / split['step_ms']:.0%}",
+            fast_calls=f"{split['calls']:,}",
+        )
+        llama = res.get("steps_reference", {}).get("llama.cpp bf16")
+        if llama:  # llama.cpp's whole bf16 step, in turn with the clear model, against our products
+            v["llama_bf16_step_ms"] = f"{1e3 / llama['decode_tok_s']:.0f}"
+            v["fast_matmul_vs_llama_bf16"] = (
+                f"{1e3 / llama['decode_tok_s'] / split['matmul_ms']:.2f}"
+            )
     for r in res.get("batch_sweep", []):
         for k in ("plain", "packed"):
             if f"{k}_GFLOPs" in r:

@@ -130,6 +130,13 @@ def machine_limits(tiny=False):
                 f(x)
 
         lim[f"gemv_{name}_GBps"] = len(fs) * rows * cols * size / timeit(run, 5) / 1e9
+        if name == "bf16":  # the same on one thread: a kernel bound by memory would read as much
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                lim["gemv_bf16_1thread_GBps"] = len(fs) * rows * cols * size / timeit(run, 5) / 1e9
+            finally:
+                torch.set_num_threads(threads)
     return lim
 
 
@@ -474,6 +481,8 @@ def step_chain(folder, ids, new_tokens, repeats, device="cpu"):
                 row["decode_x_prev"] = statistics.median(a / b for a, b in zip(d["prev"], d["cur"]))
             if kw is None and device == "cpu":  # where the clear model's decode step goes
                 row["profile"] = decode_profile(model, ids)
+            if chain == "bf16" and label == specs[-1][0] and device == "cpu":
+                row["split"] = decode_split(model, ids)  # the fastest: its matmuls, the rest
             rows.append(row)
             print(
                 f"  step {label:20} prefill {row['prefill_tok_s']:8.2f}  decode "
@@ -522,6 +531,46 @@ def decode_profile(model, ids, steps=4):
         "ops": top,
         "rest_ms": total - sum(o["ms"] for o in top),
         "calls": sum(n for *_, n in ops),
+    }
+
+
+class Matmuls(TorchDispatchMode):
+    """Records the matrix products with the weights (aten mm and addmm) that run inside it, with
+    their arguments, and counts every operator call."""
+
+    def __init__(self):
+        super().__init__()
+        self.products, self.calls = [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+            self.products.append((func, args, kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+def decode_split(model, ids, repeats=5):
+    """One decode step of `model` after a prompt of ids: its milliseconds, those of its matrix
+    products alone (the same products, replayed on the step's own inputs and weights), and how
+    many operator calls the step makes; what the products leave is the calls around them."""
+    system = Ours(model)
+    x = system.prefill(ids)
+    system.decode(x, 2)
+    rec = Matmuls()
+    with rec:
+        system.decode(x, 1)
+
+    def replay():
+        for func, args, kwargs in rec.products:
+            func(*args, **kwargs)
+
+    step = timeit(lambda: system.decode(x, 1), repeats)
+    products = timeit(replay, repeats)
+    return {
+        "step_ms": step * 1e3,
+        "matmul_ms": products * 1e3,
+        "matmuls": len(rec.products),
+        "calls": rec.calls,
     }
 
 
