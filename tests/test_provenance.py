@@ -211,9 +211,10 @@ def _values(name):
     }
 
 
-def _keys(device):
-    """The value names of the steps run on `device` (bench_steps_<device>)."""
-    return pages.provenance(f"bench_steps_{device}")["values"].keys()
+def _step_decodes(v, device):
+    """Decode speeds of the steps' rows (those with a "did") in bench_steps_<device>."""
+    keys = pages.provenance(f"bench_steps_{device}")["values"].keys()
+    return [v[k] for k in v if k.endswith("_decode") and f"{k[: -len('_decode')]}_did" in keys]
 
 
 def _clear_profile():
@@ -328,11 +329,7 @@ CLAIMS = [
     (
         "15: on the GPU the eager rows decode at about the same speed (bound by calls, not bytes)",
         "bench_steps_cuda",
-        lambda v: (
-            max(v[k] for k in v if k.endswith("_decode") and f"{k[:-7]}_did" in _keys("cuda"))
-            < 1.5
-            * min(v[k] for k in v if k.endswith("_decode") and f"{k[:-7]}_did" in _keys("cuda"))
-        ),
+        lambda v: max(_step_decodes(v, "cuda")) < 1.5 * min(_step_decodes(v, "cuda")),
     ),
     (
         "15: on the GPU torch.compile, which removes calls, pays several times over eager decode",
