@@ -325,6 +325,18 @@ CLAIMS = [
         "bench_steps",
         lambda v: v["gemv_bf16_GBps"] < v["read_GBps"],
     ),
+    (
+        "16: torch's bf16 matrix-vector kernel is bound by its arithmetic: one thread reads far "
+        "fewer bytes per second than two",
+        "bench_steps",
+        lambda v: v["gemv_bf16_1thread_GBps"] < 0.75 * v["gemv_bf16_GBps"],
+    ),
+    (
+        "16: the fastest bf16 decode step's matrix products alone run below 0.8x llama.cpp's whole "
+        "bf16 step, so no step around them reaches 0.8x",
+        "bench_steps",
+        lambda v: v["fast_matmul_vs_llama_bf16"] < 0.8 and v["fast_matmul_ms"] < v["fast_step_ms"],
+    ),
     # the steps chain on a GPU (bench_steps_cuda), chapter 15's "On a GPU"
     (
         "15: on the GPU the eager rows decode at about the same speed (bound by calls, not bytes)",
