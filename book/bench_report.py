@@ -69,13 +69,14 @@ def steps_table(res):
             )
             + f", the rest {prof['rest_ms']:.1f} ms"
         )
-    split = next((r["split"] for r in res["steps"] if "split" in r), None)
-    if split:
-        lines.append(
-            f"one decode step of the last bf16 step's model, {split['step_ms']:.0f} ms "
-            f"({split['calls']} operator calls): its {split['matmuls']} matrix products alone, "
-            f"replayed, {split['matmul_ms']:.0f} ms"
-        )
+    for r in res["steps"]:
+        if "split" in r:
+            split = r["split"]
+            lines.append(
+                f"one decode step of the {r['step']} model, {split['step_ms']:.0f} ms "
+                f"({split['calls']} operator calls): its {split['matmuls']} matrix products "
+                f"alone, replayed, {split['matmul_ms']:.0f} ms"
+            )
     if res.get("batch_sweep"):
         lines.append(
             "x @ w.T with w bf16 3584 x 1024, GFLOP/s by rows B: "
@@ -439,6 +440,15 @@ def steps_values(res):
                 f"{ref['decode_tok_s']:.2f}",
             )
             ours = rows.get(twins.get(fmt))
+            for mine in {"bf16": [], "q8_0": ["int8", "w8a8"], "q4_0": ["int4"]}.get(fmt, []):
+                split = rows.get(mine, {}).get("split")
+                if split:  # its products alone against llama.cpp's whole step, in ms per token
+                    v[f"{mine}_step_ms"] = f"{split['step_ms']:.0f}"
+                    v[f"{mine}_matmul_ms"] = f"{split['matmul_ms']:.0f}"
+                    v[f"{key}_step_ms"] = f"{1e3 / ref['decode_tok_s']:.0f}"
+                    v[f"{mine}_matmul_vs_{key}"] = (
+                        f"{1e3 / ref['decode_tok_s'] / split['matmul_ms']:.2f}"
+                    )
             if ours:
                 for k in ("prefill", "decode"):
                     x = ours[f"{k}_tok_s"] / rows["clear"][f"{k}_tok_s"] / ref[f"{k}_x_clear"]
@@ -482,7 +492,7 @@ def steps_values(res):
             ridge=f"{peak / lim['read_GBps']:.0f}",
             peak_GFLOPs=f"{peak:.0f}",
         )
-    split = next((r["split"] for r in res["steps"] if "split" in r), None)
+    split = fast_row.get("split")
     if split:
         v.update(
             fast_step_ms=f"{split['step_ms']:.0f}",

@@ -42,12 +42,15 @@ class Int8Linear(torch.nn.Module):
 
     def forward(self, x):
         if x.shape[:-1].numel() > ROWS or self.q.device.type == "cuda":
-            # a prompt is compute-bound: widen q to the activations' dtype (exact: |q| <= 127) and
-            # multiply; a row's scale comes out of its sums: one multiply per output, not per weight
-            return F.linear(x, self.q.to(x.dtype)) * self.s.to(x.dtype)
+            return self.widened(x)
         # torch's int8 x bf16 kernel: reads 1 byte per weight, widens it to fp32 in its inner loop
         y = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]).bfloat16(), self.q, self.s)
         return y.view(*x.shape[:-1], -1).to(x.dtype)
+
+    def widened(self, x):
+        # a prompt is compute-bound: widen q to the activations' dtype (exact: |q| <= 127) and
+        # multiply; a row's scale comes out of its sums: one multiply per output, not per weight
+        return F.linear(x, self.q.to(x.dtype)) * self.s.to(x.dtype)
 # --8<-- [end:linear]
 
 

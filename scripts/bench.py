@@ -42,7 +42,7 @@ from book.bench_report import PAIR_REPEATS, print_row, steps_table, table, write
 from book.checkpoint import TINY  # noqa: E402
 from qwen import fast  # noqa: E402
 from qwen.model import from_pretrained as clear_from_pretrained  # noqa: E402
-from qwen.quant import Int8Linear, W8A8Linear  # noqa: E402
+from qwen.quant import Int4Linear, Int8Linear, W8A8Linear  # noqa: E402
 from qwen.weights import Config  # noqa: E402
 
 RANDOM_08B = ROOT / ".cache" / "random-qwen3.5-0.8b"
@@ -121,6 +121,8 @@ def machine_limits(tiny=False):
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         kernels["bf16_packed"] = (2, [fast.PackedLinear(w.bfloat16()) for w in ws])
     kernels["int8"] = (1, [Int8Linear(w.bfloat16()) for w in ws])
+    # half a byte per weight and two bf16 numbers per group of 32: 0.625 bytes
+    kernels["int4"] = (0.625, [Int4Linear(w.bfloat16()) for w in ws])
     if "fbgemm" in torch.backends.quantized.supported_engines:
         kernels["int8_fbgemm"] = (1, [W8A8Linear(w.bfloat16()) for w in ws])
     for name, (size, fs) in kernels.items():
@@ -424,6 +426,7 @@ CHAPTER = {
     "fused norms": 15,
     "decode conv": 15,
     "sdpa prompts": 15,
+    "weight-first prompts": 15,
     "grouped decode": 15,
     "roomy cache": 15,
     "in-place state": 15,
@@ -481,8 +484,9 @@ def step_chain(folder, ids, new_tokens, repeats, device="cpu"):
                 row["decode_x_prev"] = statistics.median(a / b for a, b in zip(d["prev"], d["cur"]))
             if kw is None and device == "cpu":  # where the clear model's decode step goes
                 row["profile"] = decode_profile(model, ids)
-            if chain == "bf16" and label == specs[-1][0] and device == "cpu":
-                row["split"] = decode_split(model, ids)  # the fastest: its matmuls, the rest
+            if (chain == "quantized" or label == specs[-1][0]) and device == "cpu":
+                # the fastest bf16 model and each quantized one: its matmuls, the rest
+                row["split"] = decode_split(model, ids)
             rows.append(row)
             print(
                 f"  step {label:20} prefill {row['prefill_tok_s']:8.2f}  decode "
@@ -534,17 +538,38 @@ def decode_profile(model, ids, steps=4):
     }
 
 
+def product_ops():
+    """The operators that multiply by a weight matrix, in every format the steps use: plain (mm,
+    addmm), oneDNN's packed bf16, int8 and int4 weight-only, and fbgemm's w8a8."""
+    names = [
+        ("aten", "mm"),
+        ("aten", "addmm"),
+        ("aten", "_weight_int8pack_mm"),
+        ("aten", "_weight_int4pack_mm_for_cpu"),
+        ("aten", "_weight_int4pack_mm"),
+        ("mkldnn", "_linear_pointwise"),
+        ("quantized", "linear_dynamic"),
+        ("onednn", "qlinear_pointwise"),
+    ]
+    ops = set()
+    for ns, name in names:
+        packet = getattr(getattr(torch.ops, ns), name, None)
+        if packet is not None:
+            ops.update(getattr(packet, o) for o in packet.overloads())
+    return ops
+
+
 class Matmuls(TorchDispatchMode):
-    """Records the matrix products with the weights (aten mm and addmm) that run inside it, with
-    their arguments, and counts every operator call."""
+    """Records the products with a weight matrix (product_ops) that run inside it, with their
+    arguments, and counts every operator call."""
 
     def __init__(self):
         super().__init__()
-        self.products, self.calls = [], 0
+        self.products, self.calls, self.ops = [], 0, product_ops()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.calls += 1
-        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        if func in self.ops:
             self.products.append((func, args, kwargs or {}))
         return func(*args, **(kwargs or {}))
 

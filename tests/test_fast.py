@@ -446,6 +446,39 @@ def test_one_solve_per_chunk_leaves_other_devices_chapter_7s_batched_solves(monk
     assert called == ["cpu"]
 
 
+@torch.no_grad()
+def test_weight_first_prompts_follow_the_measurement_and_keep_the_logits(pair, monkeypatch):
+    """Whichever order measures faster is the one the model uses; the weight first gives the clear
+    model's fp32 logits, and the layers' int8 projections, widened for a prompt, follow it with the
+    same products (the head keeps its own)."""
+    clear, folder, ids = pair
+    int8 = {}
+    for first, then in (("weight first", "x first"), ("x first", "weight first")):
+        monkeypatch.setattr(fast, "product_orders", lambda dtype: {first: 1.0, then: 2.0})
+        model = fast.from_pretrained(folder, torch.float32)
+        assert model.steps["weight-first prompts"].startswith(f"{first} (a 128-row product")
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(
+            isinstance(m, fast.WeightFirstLinear) == (first == "weight first") for m in linears
+        )
+        max_diff(f"{first}: one call", model(ids), clear(ids), TOL)
+        max_diff(f"{first}: prefill + decode", decoded(model, ids), clear(ids[:, :60]), TOL)
+        q = fast.from_pretrained(folder, torch.float32, quantize="int8")
+        kinds = {type(m) for m in q.layers.modules() if isinstance(m, Int8Linear)}
+        assert all(
+            issubclass(k, fast.WeightFirstInt8Linear) == (first == "weight first") for k in kinds
+        )
+        int8[first] = q(ids)
+    max_diff("int8 prompt, weight first vs x first", int8["weight first"], int8["x first"], TOL)
+
+
+def test_weight_first_prompts_are_measured_on_a_cpu_only(pair):
+    clear, folder, ids = pair
+    model = fast.from_pretrained(folder, torch.float32, steps=["mapped load"]).to("meta")
+    assert fast.weight_first_prompts(model) == "x first (measured on a CPU only)"
+    assert not any(isinstance(m, fast.WeightFirstLinear) for m in model.modules())
+
+
 def test_bad_options_and_checkpoints_say_what_is_wrong(pair):
     clear, folder, ids = pair
     with pytest.raises(ValueError, match='quantize=.int2.*"int8"'):
@@ -557,6 +590,14 @@ def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
     assert all(r["prefill_tok_s"] > 0 and r["decode_tok_s"] > 0 for r in res["steps"])
     assert all("decode_x_prev" in r for r in res["steps"][1:])
     assert "aten::mm" in {o["op"] for o in res["steps"][0]["profile"]["ops"]}
+    # the fastest bf16 model's step and each quantized one's, split: the same products, each in
+    # its own format's kernel, take part of the step
+    splits = {r["step"]: r["split"] for r in res["steps"] if "split" in r}
+    assert set(splits) == {"weight-first prompts", "int8", "w8a8", "int4"} - (
+        set() if "w8a8" in steps else {"w8a8"}
+    )
+    assert len({s["matmuls"] for s in splits.values()}) == 1
+    assert all(0 < s["matmul_ms"] < s["step_ms"] for s in splits.values())
     assert res["cpu"]["name"] and isinstance(res["cpu"]["flags"], list)
     assert any(line.startswith("in-place state") for line in r.stdout.splitlines())
 
