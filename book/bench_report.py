@@ -387,6 +387,17 @@ def flat_values(res):
     return v
 
 
+# decode targets against llama.cpp's format of as many bytes: bf16 at 0.8x bf16, int8 and w8a8 at
+# q8_0's speed, int4 at 0.8x q4_0
+TARGETS = {"bf16": 0.8, "int8": 1.0, "w8a8": 1.0, "int4": 0.8}
+
+
+def rest_budget(llama, split, target):
+    """Milliseconds a decode step at `target` x llama.cpp's speed leaves for everything but its
+    matrix products (0 where the products alone take longer)."""
+    return f"{max(0.0, 1e3 / llama['decode_tok_s'] / target - split['matmul_ms']):.0f}"
+
+
 def steps_values(res):
     """The numbers the pages quote from the steps chain: {{ value("bench_steps", "decode_fast")
     }}."""
@@ -445,6 +456,9 @@ def steps_values(res):
                 if split:  # its products alone against llama.cpp's whole step, in ms per token
                     v[f"{mine}_step_ms"] = f"{split['step_ms']:.0f}"
                     v[f"{mine}_matmul_ms"] = f"{split['matmul_ms']:.0f}"
+                    v[f"{mine}_rest_ms"] = f"{split['step_ms'] - split['matmul_ms']:.0f}"
+                    v[f"{mine}_calls"] = f"{split['calls']:,}"
+                    v[f"{mine}_rest_budget_ms"] = rest_budget(ref, split, TARGETS[mine])
                     v[f"{key}_step_ms"] = f"{1e3 / ref['decode_tok_s']:.0f}"
                     v[f"{mine}_matmul_vs_{key}"] = (
                         f"{1e3 / ref['decode_tok_s'] / split['matmul_ms']:.2f}"
@@ -506,6 +520,8 @@ def steps_values(res):
             v["fast_matmul_vs_llama_bf16"] = (
                 f"{1e3 / llama['decode_tok_s'] / split['matmul_ms']:.2f}"
             )
+            v["fast_rest_ms"] = f"{split['step_ms'] - split['matmul_ms']:.0f}"
+            v["fast_rest_budget_ms"] = rest_budget(llama, split, TARGETS["bf16"])
     for r in res.get("batch_sweep", []):
         for k in ("plain", "packed"):
             if f"{k}_GFLOPs" in r:
@@ -626,6 +642,7 @@ STEP_ZH = {
     "in-place state": "原地状态",
     "no subnormals": "没有次正规数",
     "one solve per chunk": "每块一次求解",
+    "weight-first prompts": "提示词权重在前",
 }
 
 
