@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from qwen.chat import chat_ids, plain_ids
 from qwen.model import Qwen
+from qwen.train import frozen_kind
 from qwen.weights import SKIP, weight_files
 
 # --8<-- [end:imports]
@@ -90,7 +91,7 @@ def check_lora_args(model, r, alpha, targets):
     if isinstance(targets, str):
         raise TypeError(f"targets must be a list of projection names, not the string "
                         f"{targets!r}: write targets=[{targets!r}]")
-    packed = [type(m).__name__ for m in model.modules() if getattr(m, "inference_only", False)]
+    packed = [frozen_kind(m) for m in model.modules() if getattr(m, "inference_only", False)]
     if packed:
         raise ValueError(f"the model holds {packed[0]} modules, which have no backward: load it "
                          "with qwen.model.from_pretrained (no quantize) before add_lora")

@@ -122,6 +122,13 @@ def chunked_cross_entropy(h, head, targets, chunk=1024, ignore_index=IGNORE):
 # --8<-- [end:chunked_loss]
 
 
+def frozen_kind(m):
+    """The quantized or packed class a module was made as (Int8Linear, W8A8Linear, Int4Linear,
+    PackedLinear), whatever subclass a later step, measured on this machine, made of it."""
+    return next(c.__name__ for c in type(m).__mro__
+                if c.__module__ == "qwen.quant" or "inference_only" in vars(c))
+
+
 # --8<-- [start:trainable]
 def trainable(model, checkpointing=False):
     """The model, ready to be trained: every parameter takes a gradient, and train() mode (which
@@ -129,7 +136,7 @@ def trainable(model, checkpointing=False):
     its activations in the backward (CheckpointedLayer)."""
     from qwen.fast import swap  # the module swap of chapters 14-16
 
-    frozen = [f"{name} ({type(m).__name__})" for name, m in model.named_modules()
+    frozen = [f"{name} ({frozen_kind(m)})" for name, m in model.named_modules()
               if getattr(m, "inference_only", False)]
     if frozen:
         raise ValueError(f"{len(frozen)} modules have no backward, e.g. {frozen[0]}: a "
