@@ -392,10 +392,24 @@ def flat_values(res):
 TARGETS = {"bf16": 0.8, "int8": 1.0, "w8a8": 1.0, "int4": 0.8}
 
 
-def rest_budget(llama, split, target):
-    """Milliseconds a decode step at `target` x llama.cpp's speed leaves for everything but its
-    matrix products (0 where the products alone take longer)."""
-    return f"{max(0.0, 1e3 / llama['decode_tok_s'] / target - split['matmul_ms']):.0f}"
+def split_values(name, split, fmt, llama):
+    """One decode step of model `name` split into its matrix products and the rest; with
+    llama.cpp's row of format `fmt`: its whole step, our products' speed against it, and what a
+    step at the target speed (TARGETS) leaves for everything but the products (0 where the products
+    alone take longer)."""
+    v = {
+        f"{name}_step_ms": f"{split['step_ms']:.0f}",
+        f"{name}_matmul_ms": f"{split['matmul_ms']:.0f}",
+        f"{name}_rest_ms": f"{split['step_ms'] - split['matmul_ms']:.0f}",
+        f"{name}_calls": f"{split['calls']:,}",
+    }
+    if llama:
+        ms = 1e3 / llama["decode_tok_s"]
+        target = TARGETS["bf16" if fmt == "bf16" else name]
+        v[f"llama_{fmt}_step_ms"] = f"{ms:.0f}"
+        v[f"{name}_matmul_vs_llama_{fmt}"] = f"{ms / split['matmul_ms']:.2f}"
+        v[f"{name}_rest_budget_ms"] = f"{max(0.0, ms / target - split['matmul_ms']):.0f}"
+    return v
 
 
 def steps_values(res):
@@ -454,15 +468,7 @@ def steps_values(res):
             for mine in {"bf16": [], "q8_0": ["int8", "w8a8"], "q4_0": ["int4"]}.get(fmt, []):
                 split = rows.get(mine, {}).get("split")
                 if split:  # its products alone against llama.cpp's whole step, in ms per token
-                    v[f"{mine}_step_ms"] = f"{split['step_ms']:.0f}"
-                    v[f"{mine}_matmul_ms"] = f"{split['matmul_ms']:.0f}"
-                    v[f"{mine}_rest_ms"] = f"{split['step_ms'] - split['matmul_ms']:.0f}"
-                    v[f"{mine}_calls"] = f"{split['calls']:,}"
-                    v[f"{mine}_rest_budget_ms"] = rest_budget(ref, split, TARGETS[mine])
-                    v[f"{key}_step_ms"] = f"{1e3 / ref['decode_tok_s']:.0f}"
-                    v[f"{mine}_matmul_vs_{key}"] = (
-                        f"{1e3 / ref['decode_tok_s'] / split['matmul_ms']:.2f}"
-                    )
+                    v.update(split_values(mine, split, fmt, ref))
             if ours:
                 for k in ("prefill", "decode"):
                     x = ours[f"{k}_tok_s"] / rows["clear"][f"{k}_tok_s"] / ref[f"{k}_x_clear"]
@@ -507,21 +513,10 @@ def steps_values(res):
             peak_GFLOPs=f"{peak:.0f}",
         )
     split = fast_row.get("split")
-    if split:
-        v.update(
-            fast_step_ms=f"{split['step_ms']:.0f}",
-            fast_matmul_ms=f"{split['matmul_ms']:.0f}",
-            fast_matmul_share=f"{split['matmul_ms'] / split['step_ms']:.0%}",
-            fast_calls=f"{split['calls']:,}",
-        )
+    if split:  # llama.cpp's whole bf16 step, in turn with the clear model, against our products
         llama = res.get("steps_reference", {}).get("llama.cpp bf16")
-        if llama:  # llama.cpp's whole bf16 step, in turn with the clear model, against our products
-            v["llama_bf16_step_ms"] = f"{1e3 / llama['decode_tok_s']:.0f}"
-            v["fast_matmul_vs_llama_bf16"] = (
-                f"{1e3 / llama['decode_tok_s'] / split['matmul_ms']:.2f}"
-            )
-            v["fast_rest_ms"] = f"{split['step_ms'] - split['matmul_ms']:.0f}"
-            v["fast_rest_budget_ms"] = rest_budget(llama, split, TARGETS["bf16"])
+        v.update(split_values("fast", split, "bf16", llama))
+        v["fast_matmul_share"] = f"{split['matmul_ms'] / split['step_ms']:.0%}"
     for r in res.get("batch_sweep", []):
         for k in ("plain", "packed"):
             if f"{k}_GFLOPs" in r:
