@@ -72,26 +72,61 @@ TEXT = {
 }
 VISION = {
     "model_type": "qwen3_5",
-    "depth": 1,
-    "hidden_size": 16,
+    "depth": 2,
+    "hidden_size": 32,
     "num_heads": 2,
-    "intermediate_size": 32,
+    "intermediate_size": 64,
     "in_channels": 3,
     "patch_size": 4,
     "temporal_patch_size": 2,
     "spatial_merge_size": 2,
     "out_hidden_size": 64,
-    "num_position_embeddings": 16,
+    "num_position_embeddings": 64,
     "hidden_act": "gelu_pytorch_tanh",
     "initializer_range": 0.02,
     "deepstack_visual_indexes": [],
 }
+# preprocessor_config.json: the official one's fields, sized for 4-pixel patches (8-pixel tokens)
+PREPROCESSOR = {
+    "size": {"shortest_edge": 32 * 32, "longest_edge": 128 * 128},
+    "patch_size": 4,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
 WEIGHTS_FILE = "model.safetensors-00001-of-00001.safetensors"  # the official file name
+
+
+def drawer(gen):
+    """rand(*shape, std): seeded normal values; std 1/sqrt(fan_in) by default keeps activations
+    of order one through the layers."""
+
+    def rand(*shape, std=None):
+        std = std if std is not None else shape[-1] ** -0.5
+        return torch.randn(*shape, generator=gen) * std
+
+    return rand
 
 
 def text_tensors(cfg, gen):
     """Every text-model tensor with its official name and shape, filled with seeded random
     values."""
+    rand, p = drawer(gen), "model.language_model."
+    T = {
+        p + "embed_tokens.weight": rand(cfg["vocab_size"], cfg["hidden_size"], std=1.0),
+        p + "norm.weight": rand(cfg["hidden_size"], std=0.1),
+    }
+    for i, kind in enumerate(cfg["layer_types"]):
+        T.update(layer_tensors(cfg, kind, f"{p}layers.{i}.", gen))
+    return T
+
+
+def layer_tensors(cfg, kind, L, gen):
+    """One decoder layer's tensors under the prefix L: a DeltaNet or an attention layer."""
+    rand = drawer(gen)
     d, f = cfg["hidden_size"], cfg["intermediate_size"]
     hq, hkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
@@ -101,55 +136,80 @@ def text_tensors(cfg, gen):
         cfg["linear_conv_kernel_dim"],
     )
     conv = 2 * nk * dk + nv * dv
-
-    # std 1/sqrt(fan_in) keeps activations of order one through the layers
-    def rand(*shape, std=None):
-        std = std if std is not None else shape[-1] ** -0.5
-        return torch.randn(*shape, generator=gen) * std
-
-    p = "model.language_model."
-    T = {
-        p + "embed_tokens.weight": rand(cfg["vocab_size"], d, std=1.0),
-        p + "norm.weight": rand(d, std=0.1),
-    }
-    for i, kind in enumerate(cfg["layer_types"]):
-        L = f"{p}layers.{i}."
-        T[L + "input_layernorm.weight"] = rand(d, std=0.1)  # zero-centred norms: an offset around 0
-        T[L + "post_attention_layernorm.weight"] = rand(d, std=0.1)
-        T[L + "mlp.gate_proj.weight"] = rand(f, d)
-        T[L + "mlp.up_proj.weight"] = rand(f, d)
-        T[L + "mlp.down_proj.weight"] = rand(d, f)
-        if kind == "full_attention":
-            T[L + "self_attn.q_proj.weight"] = rand(2 * hq * hd, d)  # per head: [query | gate]
-            T[L + "self_attn.k_proj.weight"] = rand(hkv * hd, d)
-            T[L + "self_attn.v_proj.weight"] = rand(hkv * hd, d)
-            T[L + "self_attn.o_proj.weight"] = rand(d, hq * hd)
-            T[L + "self_attn.q_norm.weight"] = rand(hd, std=0.1)
-            T[L + "self_attn.k_norm.weight"] = rand(hd, std=0.1)
-        else:
-            T[L + "linear_attn.in_proj_qkv.weight"] = rand(conv, d)
-            T[L + "linear_attn.in_proj_z.weight"] = rand(nv * dv, d)
-            T[L + "linear_attn.in_proj_b.weight"] = rand(nv, d)
-            T[L + "linear_attn.in_proj_a.weight"] = rand(nv, d)
-            T[L + "linear_attn.conv1d.weight"] = rand(conv, 1, K, std=0.5)
-            # decay rates in [1, 16]
-            T[L + "linear_attn.A_log"] = torch.log(torch.rand(nv, generator=gen) * 15 + 1)
-            T[L + "linear_attn.dt_bias"] = rand(nv, std=1.0)
-            # the gated norm: a plain weight around 1
-            T[L + "linear_attn.norm.weight"] = 1 + rand(dv, std=0.1)
-            T[L + "linear_attn.out_proj.weight"] = rand(d, nv * dv)
+    T = {}
+    T[L + "input_layernorm.weight"] = rand(d, std=0.1)  # zero-centred norms: an offset around 0
+    T[L + "post_attention_layernorm.weight"] = rand(d, std=0.1)
+    T[L + "mlp.gate_proj.weight"] = rand(f, d)
+    T[L + "mlp.up_proj.weight"] = rand(f, d)
+    T[L + "mlp.down_proj.weight"] = rand(d, f)
+    if kind == "full_attention":
+        T[L + "self_attn.q_proj.weight"] = rand(2 * hq * hd, d)  # per head: [query | gate]
+        T[L + "self_attn.k_proj.weight"] = rand(hkv * hd, d)
+        T[L + "self_attn.v_proj.weight"] = rand(hkv * hd, d)
+        T[L + "self_attn.o_proj.weight"] = rand(d, hq * hd)
+        T[L + "self_attn.q_norm.weight"] = rand(hd, std=0.1)
+        T[L + "self_attn.k_norm.weight"] = rand(hd, std=0.1)
+    else:
+        T[L + "linear_attn.in_proj_qkv.weight"] = rand(conv, d)
+        T[L + "linear_attn.in_proj_z.weight"] = rand(nv * dv, d)
+        T[L + "linear_attn.in_proj_b.weight"] = rand(nv, d)
+        T[L + "linear_attn.in_proj_a.weight"] = rand(nv, d)
+        T[L + "linear_attn.conv1d.weight"] = rand(conv, 1, K, std=0.5)
+        # decay rates in [1, 16]
+        T[L + "linear_attn.A_log"] = torch.log(torch.rand(nv, generator=gen) * 15 + 1)
+        T[L + "linear_attn.dt_bias"] = rand(nv, std=1.0)
+        # the gated norm: a plain weight around 1
+        T[L + "linear_attn.norm.weight"] = 1 + rand(dv, std=0.1)
+        T[L + "linear_attn.out_proj.weight"] = rand(d, nv * dv)
     return T
 
 
-def skipped_tensors(gen):
-    """A few vision-tower and MTP tensors: present in the official file, skipped by a text-only
-    loader."""
-    return {
-        "model.visual.patch_embed.proj.weight": torch.randn(16, 3, 2, 4, 4, generator=gen),
-        "model.visual.merger.linear_fc1.weight": torch.randn(64, 64, generator=gen),
-        "mtp.fc.weight": torch.randn(64, 128, generator=gen),
-        "mtp.norm.weight": torch.randn(64, generator=gen),
+def vision_tensors(cfg, gen):
+    """The vision tower (model.visual.*), every tensor of the official layout."""
+    rand, V = drawer(gen), "model.visual."
+    h, f, p, t = cfg["hidden_size"], cfg["intermediate_size"], cfg["patch_size"], 2
+    wide = h * cfg["spatial_merge_size"] ** 2
+    T = {
+        V + "patch_embed.proj.weight": rand(h, 3, t, p, p, std=(3 * t * p * p) ** -0.5),
+        V + "patch_embed.proj.bias": rand(h, std=0.1),
+        V + "pos_embed.weight": rand(cfg["num_position_embeddings"], h, std=0.5),
     }
+    for i in range(cfg["depth"]):
+        B = f"{V}blocks.{i}."
+        for norm in ("norm1", "norm2"):
+            T[B + norm + ".weight"] = 1 + rand(h, std=0.1)  # LayerNorm: a plain scale around 1
+            T[B + norm + ".bias"] = rand(h, std=0.1)
+        for name, (n_out, n_in) in {
+            "attn.qkv": (3 * h, h),
+            "attn.proj": (h, h),
+            "mlp.linear_fc1": (f, h),
+            "mlp.linear_fc2": (h, f),
+        }.items():
+            T[B + name + ".weight"] = rand(n_out, n_in)
+            T[B + name + ".bias"] = rand(n_out, std=0.1)
+    T[V + "merger.norm.weight"] = 1 + rand(h, std=0.1)
+    T[V + "merger.norm.bias"] = rand(h, std=0.1)
+    for name, (n_out, n_in) in {
+        "linear_fc1": (wide, wide),
+        "linear_fc2": (cfg["out_hidden_size"], wide),
+    }.items():
+        T[V + "merger." + name + ".weight"] = rand(n_out, n_in)
+        T[V + "merger." + name + ".bias"] = rand(n_out, std=0.1)
+    return T
+
+
+def mtp_tensors(cfg, gen):
+    """The multi-token-prediction head (mtp.*): two norms, fc joining [embedding | hidden], one
+    full-attention decoder layer with a dense MLP, the final norm."""
+    rand, d = drawer(gen), cfg["hidden_size"]
+    T = {
+        "mtp.pre_fc_norm_embedding.weight": rand(d, std=0.1),  # zero-centred, like the text's
+        "mtp.pre_fc_norm_hidden.weight": rand(d, std=0.1),
+        "mtp.fc.weight": rand(d, 2 * d),
+    }
+    T.update(layer_tensors(cfg, "full_attention", "mtp.layers.0.", gen))
+    T["mtp.norm.weight"] = rand(d, std=0.1)
+    return T
 
 
 def build(dest):
@@ -177,7 +237,11 @@ def build(dest):
     gen = torch.Generator().manual_seed(0)
     tensors = {
         k: v.to(torch.bfloat16).contiguous()
-        for k, v in {**text_tensors(TEXT, gen), **skipped_tensors(gen)}.items()
+        for k, v in {
+            **text_tensors(TEXT, gen),
+            **vision_tensors(VISION, gen),
+            **mtp_tensors(TEXT, gen),
+        }.items()
     }
     save_file(tensors, dest / WEIGHTS_FILE, metadata={"format": "pt"})
     index = {
@@ -185,6 +249,7 @@ def build(dest):
         "weight_map": {k: WEIGHTS_FILE for k in sorted(tensors)},
     }
     (dest / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (dest / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
     build_tokenizer_json(dest / "tokenizer.json")
 
 
