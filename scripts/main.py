@@ -3,6 +3,7 @@
     python scripts/main.py                 # interactive chat (the official weights, see find_model)
     python scripts/main.py --prompt "你好"  # one question, one answer
     python scripts/main.py --tiny          # the tiny random test model: every code path, no meaning
+    python scripts/main.py --image a.jpg --prompt "What is in this picture?"   # about an image
 """
 import signal
 import sys
@@ -19,9 +20,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from qwen import fast
+from qwen import fast, vlm
 from qwen.chat import Chat
 from qwen.generate import TextStream, generate
+from qwen.image import ImageConfig, open_image, preprocess
+from qwen.vision import VisionConfig
 from qwen.weights import CheckpointError, ModelNotFound, find_model
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is caught
@@ -69,6 +72,9 @@ def parse_args(argv):
                    help="int8: int8 weights, half the bytes of bf16 to read per token; "
                         "w8a8: int8 weights and int8 activations when decoding; "
                         "int4: 4-bit weights in groups of 32 (chapter 16)")
+    p.add_argument("--image", type=Path, action="append", metavar="PATH",
+                   help="an image to talk about (PNG, JPEG, ...; repeat for more): it goes with "
+                        "the first question (chapter 27)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")
@@ -131,6 +137,11 @@ def load_model(args):
                         "python scripts/main.py --tiny") from None
     if not (folder / "tokenizer.json").is_file():
         raise Abort(f"{folder} has no tokenizer.json: the download is incomplete.")
+    if args.image:                       # a checkpoint that cannot see is refused before loading
+        try:
+            vlm.vision_tokens(folder), VisionConfig.load(folder), ImageConfig.load(folder)
+        except CheckpointError as e:
+            raise Abort(f"--image: {e}") from None
     try:
         # the model made fast (chapters 14-16), on any device; w8a8 uses CPU kernels, int4 the
         # CPU's or CUDA's
@@ -205,8 +216,9 @@ def reply(model, tok, ids, args, context):
 
 
 # --8<-- [start:chat_loop]
-def chat_loop(model, tok, args, context):
-    chat = Chat(system=args.system, thinking=args.think)
+def chat_loop(model, tok, args, context, images=None):
+    chat = new_chat(args, images)
+    pending = images                 # the images go with the first question
     try:
         import readline  # noqa: F401  (line editing and history for input(), where available)
     except ImportError:
@@ -229,7 +241,8 @@ def chat_loop(model, tok, args, context):
             return
         if line == "/reset":
             chat.reset()
-            print("(conversation cleared)")
+            pending = None
+            print("(conversation cleared" + (", the images too)" if images is not None else ")"))
             continue
         if line == "/think":
             chat.thinking = not chat.thinking
@@ -238,16 +251,68 @@ def chat_loop(model, tok, args, context):
         if line.startswith("/"):
             print(f"(unknown command {line.split()[0]}; {HELP})")
             continue
-        chat.ask(line)
+        seen = any(m.get("images") for m in chat.messages)      # images earlier in the talk
+        ask(chat, line, pending)
         try:
-            text, stats = reply(model, tok, chat.ids(tok), args, context)
+            text, stats = reply(turn_model(model, images if seen or pending else None), tok,
+                                prompt_ids(chat, tok, model), args, context)
         except Abort as e:
             chat.messages.pop()                               # forget the turn that did not fit
             print(f"({e} /reset starts a new conversation.)")
             continue
+        pending = None
         chat.answer(text)
         print(stats, file=sys.stderr)
 # --8<-- [end:chat_loop]
+
+
+# --8<-- [start:images]
+def open_images(files):
+    """The --image files opened and checked, before anything is loaded: one line for a bad one."""
+    try:
+        return [open_image(f) for f in files]
+    except ValueError as e:
+        raise Abort(f"--image {e}") from None
+
+
+def with_eyes(model, folder, args, pictures, context):
+    """The text model with the checkpoint's vision tower around it (qwen.vlm), and the images
+    as the tower's input; refused when the images alone would fill the context."""
+    try:
+        model = vlm.from_pretrained(folder, model, DTYPES[args.dtype], args.device)
+        images = preprocess(pictures, ImageConfig.load(folder))
+    except (CheckpointError, ValueError) as e:
+        raise Abort(f"--image: {e}") from None
+    n = sum(images.tokens()) + 2 * len(pictures)       # and <|vision_start|>, <|vision_end|>
+    if n >= context:
+        sizes = ", ".join(f"{k} tokens" for k in images.tokens())
+        raise Abort(f"--image: the images take {n} tokens of the prompt ({sizes}) and the context "
+                    f"holds {context}: give fewer or smaller images, or a larger --context")
+    return model, images
+
+
+def new_chat(args, images):
+    """Chapter 12's conversation, or one whose turns can carry images."""
+    kind = Chat if images is None else vlm.ImageChat
+    return kind(system=args.system, thinking=args.think)
+
+
+def ask(chat, text, images):
+    if images is None:
+        chat.ask(text)
+    else:
+        chat.ask(text, images.tokens())
+
+
+def prompt_ids(chat, tok, model):
+    return chat.ids(tok, model.tokens) if isinstance(chat, vlm.ImageChat) else chat.ids(tok)
+
+
+def turn_model(model, images):
+    """What answers a turn: the model with the images (every prompt that holds them reads them
+    again from its first token), or without."""
+    return vlm.WithImages(model, images) if images is not None else model
+# --8<-- [end:images]
 
 
 def main(argv=None):
@@ -313,20 +378,27 @@ def run(args):
         if args.prompt is not None and not args.prompt.strip():
             raise Abort("the prompt is empty: --prompt \"your question\"")
         check_device(args.device)
+        pictures = open_images(args.image) if args.image else None
         model, tok, folder, tiny = load_model(args)
         context = min(args.context or model.cfg.max_position_embeddings,
                       model.cfg.max_position_embeddings)
+        images = None
+        if pictures:
+            model, images = with_eyes(model, folder, args, pictures, context)
         if tiny:
             print("(the tiny test model: random weights, so the text is random)", file=sys.stderr)
         if args.prompt is not None:
-            chat = Chat(system=args.system, thinking=args.think)
-            chat.ask(args.prompt)
-            text, stats = reply(model, tok, chat.ids(tok), args, context)
+            chat = new_chat(args, images)
+            ask(chat, args.prompt, images)
+            text, stats = reply(turn_model(model, images), tok, prompt_ids(chat, tok, model),
+                                args, context)
             print(stats, file=sys.stderr)
             return 0
         print(f"{folder.name} on {args.device} ({args.dtype}), "
-              f"thinking {'on' if args.think else 'off'}. {HELP}.")
-        chat_loop(model, tok, args, context)
+              f"thinking {'on' if args.think else 'off'}"
+              + (f", {len(pictures)} image(s) with the first question" if pictures else "")
+              + f". {HELP}.")
+        chat_loop(model, tok, args, context, images)
         return 0
     except Abort as e:
         print(f"error: {e}", file=sys.stderr)

@@ -97,6 +97,7 @@ SLOW = (
     "tests/test_regen.py::test_check_passes_with_another_cpus_kernels",
     "tests/test_kernels.py::test_check_passes_with_limited_kernels",  # SSE's kernels
     "tests/test_kernels_avx2.py",  # AVX2's
+    "tests/test_vision.py::test_vision_tower_equals_transformers_at_the_08b_shapes",  # 0.8B shapes
     "tests/test_regen.py::test_concurrent_tiny_builds",
     "tests/test_fast.py::test_bench_smoke",  # bench.py in a subprocess
     "tests/test_train.py::test_bench_train_smoke",  # bench_train.py in a subprocess

@@ -381,3 +381,115 @@ def test_a_mistyped_qwen_model_is_an_error_not_a_fallback(tmp_path, tiny_model):
         "folder, or unset it to search ./models/ and the caches\n"
         "Or try the program on the tiny test model: python scripts/main.py --tiny\n"
     )
+
+
+# ---------------------------------------------------------------------------- --image (chapter 27)
+def photo_file(dest):
+    from matplotlib import cbook
+
+    shutil.copy(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False), dest / "hopper.jpg")
+    return dest / "hopper.jpg"
+
+
+def test_image_prompt_answers_as_the_library_does(tmp_path):
+    from tokenizers import Tokenizer
+
+    from book.tiny import path
+    from qwen import vlm
+    from qwen.model import from_pretrained
+
+    file = photo_file(tmp_path)
+    r = run(
+        "--image",
+        str(file),
+        "--prompt",
+        "What is in this picture?",
+        "--max-new-tokens",
+        "8",
+        *GREEDY,
+    )
+    assert r.returncode == 0, r.stderr
+    folder = path()
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    model = vlm.from_pretrained(folder, from_pretrained(folder))
+    images = vlm.read_images([file], folder)
+    chat = vlm.ImageChat()
+    chat.ask("What is in this picture?", images.tokens())
+    ids = chat.ids(tok, model.tokens)
+    with torch.no_grad():
+        expected = tok.decode(list(generate(vlm.WithImages(model, images), ids, 8)))
+    assert r.stdout == expected + "\n"
+    assert f"prefill {len(ids)} tokens" in r.stderr and "Traceback" not in r.stderr
+
+
+def generate(model, ids, n):
+    """Greedy with main.py's default presence penalty (1.5), as --temperature 0 runs it."""
+    from qwen.generate import generate as gen
+
+    return gen(model, ids, n, presence_penalty=1.5)
+
+
+def test_images_go_with_the_first_question_and_reset_forgets_them(tmp_path):
+    file = photo_file(tmp_path)
+    r = run(
+        "--image",
+        str(file),
+        *GREEDY,
+        "--max-new-tokens",
+        "3",
+        stdin="what is it?\nand now?\n/reset\nhello\n",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "1 image(s) with the first question" in r.stdout
+    assert "conversation cleared, the images too" in r.stdout
+    prefills = [int(line.split()[0]) for line in r.stderr.split("[prefill")[1:]]
+    assert len(prefills) == 3
+    assert prefills[1] > prefills[0] > 200 > prefills[2]  # the image stays, then is forgotten
+
+
+def bad_images(d):
+    (d / "empty.png").write_bytes(b"")
+    (d / "text.png").write_text("no picture here\n")
+    from PIL import Image
+
+    frames = [Image.new("RGB", (8, 8), (i * 80, 0, 0)) for i in range(3)]
+    frames[0].save(d / "moving.gif", save_all=True, append_images=frames[1:])
+    Image.new("L", (8000, 6300)).save(d / "huge.png")
+    return [
+        (d / "missing.jpg", "no such file"),
+        (d, "a folder"),
+        (d / "empty.png", "is empty"),
+        (d / "text.png", "not an image PIL can read"),
+        (d / "moving.gif", "animated"),
+        (d / "huge.png", "megapixels"),
+    ]
+
+
+def test_a_bad_image_is_one_line_before_anything_loads(main, capsys, tmp_path):
+    for file, says in bad_images(tmp_path):
+        assert main(["--tiny", "--image", str(file), "--prompt", "hi"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --image {file}") and says in err, err
+        assert err.count("\n") == 1, err
+
+
+def test_an_image_for_a_text_only_checkpoint_is_refused(main, capsys, tiny_model, tmp_path):
+    import json
+
+    folder = _copy_of_the_tiny_model(tiny_model, tmp_path / "text-only")
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("vision_config")
+    (folder / "config.json").write_text(json.dumps(raw))
+    file = photo_file(tmp_path)
+    assert main(["--model", str(folder), "--image", str(file), "--prompt", "hi"]) == 1
+    err = capsys.readouterr().err
+    assert "text-only checkpoint" in err and err.count("\n") == 1, err
+
+
+def test_more_images_than_the_context_holds_is_one_line(main, capsys, tmp_path):
+    file = photo_file(tmp_path)
+    args = ["--tiny", "--context", "300", "--prompt", "hi"]
+    assert main([*args, "--image", str(file), "--image", str(file)]) == 1
+    err = capsys.readouterr().err
+    assert "the images take 480 tokens" in err and "context holds 300" in err, err
+    assert err.count("\n") == 1
