@@ -1,4 +1,4 @@
-"""The chapters' exercises: one check per exercise, named by chapter (Stage 5's in book/exercises/chNN.py).
+"""The chapters' exercises: one check per exercise, named by chapter (Stage 5's: chNN.py here).
 
 A check calls the reader's function on small cases it builds itself, prints one verdict line in the
 page's language (`lang="zh"` or `"en"`) and returns True or False. It never raises: a TODO left in
