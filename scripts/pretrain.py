@@ -33,6 +33,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from book.corpus import english_prose  # noqa: E402
 from qwen import pretrain as pt  # noqa: E402
 from qwen.weights import parameter_budget  # noqa: E402
 
@@ -83,7 +84,7 @@ def cpu_name():
 
 def data(s):
     """Train/validation ids, a tokenizer trained on the training split (a slice when smoke)."""
-    train_docs, val_docs = pt.load_corpus()
+    train_docs, val_docs = pt.split_documents(english_prose())
     if "chars" in s:
         train_docs, val_docs = [train_docs[0][: s["chars"]]], [val_docs[0][: s["chars"] // 4]]
     tok = pt.train_tokenizer(train_docs, s["vocab"])
