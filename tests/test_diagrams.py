@@ -10,7 +10,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from book import diagrams, out, tiny  # noqa: E402
+from book import diagrams, drawing, out, tiny  # noqa: E402
 from qwen.deltanet import chunk_gated_delta_rule  # noqa: E402
 from qwen.weights import Config  # noqa: E402
 
@@ -41,7 +41,7 @@ def fonts():
 
 def texts(name, lang, cfg=None, monkeypatch=None, where=False):
     if cfg is not None:
-        monkeypatch.setattr(diagrams, "config", lambda: cfg)
+        monkeypatch.setattr(drawing, "config", lambda: cfg)
     fig = getattr(diagrams, name)(LANGS[lang])
     fig.canvas.draw()
     found = [
