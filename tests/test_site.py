@@ -80,6 +80,28 @@ def test_every_file_belongs_to_one_chapter():
     )
 
 
+def library_owners():
+    """{qwen/ file: (the chapter that writes it, the chapters that change it)}, from the pages."""
+    made, changed = {}, {}
+    for meta in chapters().values():
+        for f in meta.get("new", []):
+            made[f] = meta.get("chapter", 0)
+        for f in meta.get("changed", []):
+            changed.setdefault(f, []).append(meta.get("chapter", 0))
+    return {f: (n, sorted(changed.get(f, []))) for f, n in made.items() if f.startswith("qwen/")}
+
+
+def test_contributing_says_which_chapter_writes_each_library_file():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    rows = re.findall(r"^\| `(qwen/\w+\.py)` \| (\d+) \| ([\d, ]*|–) \|", text, re.M)
+    said = {f: (int(n), [int(c) for c in re.findall(r"\d+", later)]) for f, n, later in rows}
+    want = library_owners()
+    table = "\n".join(
+        f"| `{f}` | {n} | {', '.join(map(str, c)) or '–'} | ..." for f, (n, c) in sorted(want.items())
+    )
+    assert said == want, f"CONTRIBUTING.md's table of qwen/ files should read:\n{table}"
+
+
 @pytest.fixture(scope="module")
 def site(built_site):
     """The site built once per session (tests/conftest.py); the lessons are executed by
