@@ -47,7 +47,7 @@ TOL = 1e-4  # max relative difference, fp32
 
 
 def photo():
-    """Grace Hopper, US Navy photograph (public domain), shipped with matplotlib: 600 x 512."""
+    """Grace Hopper, US Navy photograph (public domain), shipped with matplotlib: 512 wide, 600 tall."""
     from matplotlib import cbook
 
     return Image.open(cbook.get_sample_data("grace_hopper.jpg")).convert("RGB")
@@ -98,8 +98,8 @@ TINY_CFG = ImageConfig(
 )
 SMALL_CFG = ImageConfig(**{**TINY_CFG.__dict__, "max_pixels": 48 * 48})  # the photo is above it
 CASES = {
-    "photograph 600x512, official budget": (photo, OFFICIAL_CFG),
-    "photograph 600x512, above the maximum": (photo, SMALL_CFG),
+    "photograph 512x600, official budget": (photo, OFFICIAL_CFG),
+    "photograph 512x600, above the maximum": (photo, SMALL_CFG),
     "tall 40x300": (lambda: noise(40, 300), TINY_CFG),
     "wide 333x41": (lambda: noise(333, 41), TINY_CFG),
     "tiny 9x13, below the minimum": (lambda: noise(9, 13), TINY_CFG),
