@@ -60,9 +60,6 @@ def prefill_shares(model, ids):
     return {"tokens": ids.shape[1], "seconds": total, "shares": parts}
 
 
-# --8<-- [end:measure]
-
-
 # ---------------------------------------------------------------------------- the steps
 CHAPTER = {
     "clear": 9,

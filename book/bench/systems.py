@@ -215,3 +215,6 @@ def summarize(times, tokens, base):
         if base in times:
             out[name][f"x_{base}"] = statistics.median(b / t for b, t in zip(times[base], ts))
     return out
+
+
+# --8<-- [end:measure]
