@@ -264,7 +264,36 @@ def check_embed_and_project(embed_and_project, model, words):
                 "points hold NaN, or they all lie on one line",
             )
         )
+    else:
+        # the map must keep the vectors' neighbours: each word's nearest word (by the model's
+        # vectors) should be among its 3 nearest points on the map; random points keep about 1 in 5
+        kept = _neighbours_kept(reference, points)
+        if kept < 0.6:
+            problems.append(
+                t(
+                    f"二维图没有保住向量里的近邻：只有 {kept:.0%} 的词，它在向量空间里最近的词"
+                    "落在图上离它最近的 3 个点里（随机的点也有约 20%）；二维坐标要从这些向量算出来"
+                    "（比如 t-SNE 或 PCA），不是随便取两维或随机摆放",
+                    f"the map does not keep the vectors' neighbours: for only {kept:.0%} of the "
+                    "words is its nearest word (by the vectors) among its 3 nearest points on the "
+                    "map (random points manage about 20%); compute the points from the vectors "
+                    "(t-SNE or PCA, say), not two raw dimensions or a random layout",
+                )
+            )
     return _verdict(3, problems)
+
+
+def _neighbours_kept(vectors, points, k=3):
+    """The share of rows whose nearest row in `vectors` is among its k nearest in `points`."""
+
+    def distances(x):
+        d = ((x[:, None] - x[None]) ** 2).sum(-1)
+        np.fill_diagonal(d, np.inf)
+        return d
+
+    nearest = distances(np.asarray(vectors, dtype=np.float64)).argmin(1)
+    close = np.argsort(distances(points), axis=1)[:, :k]
+    return float(np.mean([nearest[i] in close[i] for i in range(len(points))]))
 
 
 # -------------------------------------------------------------------------------- positional lesson

@@ -174,6 +174,11 @@ def _norm32(x, eps=1e-6):
     return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
 
 
+def _rmsnorm_dim1(x, w, eps=1e-6):  # the mean square over dim 1: right for [N, dim] only
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(1, keepdim=True) + eps) * (1 + w.float())).to(x.dtype)
+
+
 def _wrong_rmsnorm(x, w, eps=1e-6):  # the 1 + dropped
     return (_norm32(x, eps) * w.float()).to(x.dtype)
 
@@ -497,6 +502,8 @@ CASES = [
             lambda E, i, k: [
                 j for j in F.cosine_similarity(E, E[i], dim=-1).topk(k).indices.tolist() if j != i
             ],
+            # row i assumed to come first: wrong when another row is parallel to it (a tie)
+            lambda E, i, k: F.cosine_similarity(E, E[i], dim=-1).topk(k + 1).indices[1:],
             # the farthest first
             lambda E, i, k: (
                 (
@@ -535,6 +542,7 @@ CASES = [
             _eps_outside,
             _layer_norm,
             lambda x, w, eps=1e-6: _norm32(x, eps) * (1 + w.float()),  # fp32 out for bf16 in
+            _rmsnorm_dim1,
         ],
         False,
     ),
@@ -547,6 +555,10 @@ CASES = [
             _gate_then_norm,
             lambda x, z, w, eps=1e-6: w * _norm32(x, eps) * torch.sigmoid(z),  # σ(z), not silu
             lambda x, z, w, eps=1e-6: w * _norm32(x, eps),  # no gate
+            # the mean square over dim 1: right for [N, dim] only
+            lambda x, z, w, eps=1e-6: (
+                w * x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + eps) * F.silu(z)
+            ),
         ],
         False,
     ),
@@ -587,6 +599,8 @@ CASES = [
             lambda k, nh: k.repeat(1, nh // k.shape[1], 1, 1),  # alternates the kv heads
             lambda k, nh: k.repeat_interleave(nh // k.shape[1], dim=2),  # repeats positions
             lambda k, nh: k,  # not expanded
+            lambda k, nh: k.repeat_interleave(4, dim=1),  # the ratio hard-coded
+            lambda k, nh: k.repeat_interleave(nh // 2, dim=1),  # two kv heads assumed
             # expand then flatten the wrong way round
             lambda k, nh: (
                 k[:, None]
@@ -600,7 +614,16 @@ CASES = [
         "05-attention.md",
         ex.check_ch05_split,
         sol.split_query_gate,
-        [_wrong_split, _swapped_split, _strided_split],
+        [
+            _wrong_split,
+            _swapped_split,
+            _strided_split,
+            # the gate left per head, [B, T, nh, hd]
+            lambda y, nh, hd: (
+                sol.split_query_gate(y, nh, hd)[0],
+                y.view(*y.shape[:2], nh, 2 * hd)[..., hd:],
+            ),
+        ],
         False,
     ),
     (
@@ -612,6 +635,10 @@ CASES = [
             lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(T - S),  # the offset's sign
             lambda T, S: torch.ones(S, S, dtype=torch.bool).tril()[:T],  # the first T rows
             lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(S - T - 1),  # itself left out
+            # an additive float mask (0 where seen, -inf where hidden) for a bool one
+            lambda T, S: torch.zeros(T, S).masked_fill(
+                ~torch.ones(T, S, dtype=torch.bool).tril(S - T), -math.inf
+            ),
         ],
         False,
     ),
@@ -628,6 +655,10 @@ CASES = [
             lambda y, w, p, cfg: sol.norm_rope(y, w, p - p[0], cfg),
             # left as [B, T, n, hd]
             lambda y, w, p, cfg: sol.norm_rope(y, w, p, cfg).transpose(1, 2),
+            # the norm in the input's dtype: in bf16 it rounds at every step
+            lambda y, w, p, cfg: apply_rope(
+                _rms(_heads(y, cfg.head_dim), 1 + w, cfg.rms_norm_eps), *_cos_sin_of(cfg, p)
+            ),
         ],
         False,
     ),
@@ -640,6 +671,8 @@ CASES = [
             _decay_after_read,
             _no_beta,
             lambda S, k, v, alpha, beta: S + beta * torch.outer(k, v - S.T @ k),  # no decay
+            # S @ k: right only for a square state (dk = dv)
+            lambda S, k, v, alpha, beta: alpha * S + beta * torch.outer(k, v - alpha * S @ k),
         ],
         False,
     ),
@@ -690,6 +723,11 @@ CASES = [
             lambda g: (g.cumsum(0)[:, None] - g.cumsum(0)[None, :]).exp(),  # no mask
             lambda g: (g[:, None] - g[None, :]).exp().tril(),  # no running sum
             lambda g: (g.cumsum(0)[:, None] - g.cumsum(0)[None, :]).exp().tril(-1),  # diagonal 0
+            # masked by multiplying after the exp: inf * 0 = nan under strong decays
+            lambda g: (
+                (g.cumsum(0)[:, None] - g.cumsum(0)[None, :]).exp()
+                * torch.ones(len(g), len(g)).tril()
+            ),
         ],
         False,
     ),
@@ -715,6 +753,12 @@ CASES = [
             lambda x, Wg, Wu, Wd: (F.relu(x @ Wg.T) * (x @ Wu.T)) @ Wd.T,  # ReLU
             lambda x, Wg, Wu, Wd: (F.silu(x @ Wg) * (x @ Wu)) @ Wd,  # weights not transposed
             lambda x, Wg, Wu, Wd: F.silu(x @ Wg.T) @ Wd.T,  # no up
+            # written for a batch [B, T, dim] only
+            lambda x, Wg, Wu, Wd: torch.einsum(
+                "bth,dh->btd",
+                F.silu(torch.einsum("btd,hd->bth", x, Wg)) * torch.einsum("btd,hd->bth", x, Wu),
+                Wd,
+            ),
         ],
         False,
     ),
@@ -727,6 +771,7 @@ CASES = [
             lambda d, c: c,  # the same width
             lambda d, c: 2 * c // 3 // 256 * 256,  # rounded to a multiple
             lambda d, c: 8 * d / 3,  # the LLaMA rule, right for 4d only
+            lambda d, c: 2 * c // 3,  # integer division: 2730 for 2730.67
         ],
         False,
     ),
@@ -1022,6 +1067,18 @@ CASES = [
             lambda x: (lambda lo, step: (torch.round((x - lo) / step), step, -lo / step))(
                 x.min(), (x.max() - x.min()) / 127
             ),
+            # the zero point floored, not rounded
+            lambda x: (
+                lambda lo, step: (
+                    lambda zero: (torch.round(x / step + zero).clamp(0, 127), step, zero)
+                )(torch.floor(-lo / step))
+            )(x.min().clamp(max=0), (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127),
+            # no floor under the step: an all-zero input gives 0 / 0
+            lambda x: (
+                lambda lo, step: (
+                    lambda zero: (torch.round(x / step + zero).clamp(0, 127), step, zero)
+                )(torch.round(-lo / step))
+            )(x.min().clamp(max=0), (x.max().clamp(min=0) - x.min().clamp(max=0)) / 127),
         ],
         False,
     ),
@@ -1036,6 +1093,8 @@ CASES = [
                 torch.stack([n[:-1][m[1:]].mean() for n, m in zip(nll, mask)]).mean()
             ),
             lambda nll, mask: torch.exp(nll[:, :-1].mean()),  # the prompts and padding scored too
+            # divided by every target, the first token's too, which nothing predicts
+            lambda nll, mask: torch.exp((nll[:, :-1] * mask[:, 1:]).sum() / mask.sum()),
             lambda nll, mask: torch.exp(  # each sequence's perplexity, averaged
                 torch.stack([n[:-1][m[1:]].mean() for n, m in zip(nll, mask)])
             ).mean(),
@@ -1061,6 +1120,9 @@ CASES = [
                 .mean()
             ),
             lambda z, y: F.cross_entropy(z, y.clamp(min=0)),  # -100 read as token 0
+            # token id 0 taken for an ignored target
+            lambda z, y: F.cross_entropy(z[y > 0].double(), y[y > 0]),
+            lambda z, y: F.cross_entropy(z, y),  # in the logits' dtype: bf16 stays bf16
         ],
         False,
     ),
@@ -1075,6 +1137,8 @@ CASES = [
                 dy * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + w)
             ).sum(0),
             lambda x, w, dy: (dy * x).sum(0),  # the normalisation forgotten
+            # eps outside the root: only a row near eps tells
+            lambda x, w, dy: (dy * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-6)).sum(0),
         ],
         False,
     ),
@@ -1100,6 +1164,8 @@ CASES = [
                 (model.zero_grad(), (loss_fn(model, x) / len(mbs)).backward()) for x in mbs
             ],
             lambda model, loss_fn, mbs: (loss_fn(model, mbs[-1])).backward(),  # one micro-batch
+            # the right gradient, but every micro-batch's activations alive at once
+            lambda model, loss_fn, mbs: (sum(loss_fn(model, x) for x in mbs) / len(mbs)).backward(),
         ],
         False,
     ),
@@ -1121,6 +1187,10 @@ CASES = [
                 (dX := torch.linalg.solve_triangular(M.mT, dU, upper=True)),
                 (dX @ U.mT).tril(-1),
             ),
+            lambda M, U, dU: (  # transpose(1, 2): right for a batch [B, C, C] only
+                (dX := torch.linalg.solve_triangular(M.transpose(1, 2), dU, upper=True)),
+                -(dX @ U.transpose(1, 2)).tril(-1),
+            ),
         ],
         False,
     ),
@@ -1132,6 +1202,7 @@ CASES = [
             lambda d: d.cumsum(-1),  # the forward cumsum
             lambda d: d.flip(-1).cumsum(-1),  # not flipped back
             lambda d: d,  # as if gamma were g
+            lambda d: d.flip(1).cumsum(1).flip(1),  # dim 1: right for [B, T] only
         ],
         False,
     ),
@@ -1160,6 +1231,12 @@ CASES = [
             ],
             lambda ids, op: sol.answer_mask(ids, op)[:-1] + [False],  # <|im_end|> not learned
             lambda ids, op: [True] * len(ids),  # every token, as in pretraining
+            # after the last place the opening's last token appears
+            lambda ids, op: [i >= len(ids) - ids[::-1].index(op[-1]) for i in range(len(ids))],
+            # after the first opening: an earlier answer learned too
+            lambda ids, op: (lambda start: [i >= start for i in range(len(ids))])(
+                min(i + len(op) for i in range(len(ids)) if ids[i : i + len(op)] == op)
+            ),
         ],
         False,
     ),
@@ -1183,6 +1260,7 @@ CASES = [
             lambda W, A, B, alpha, r: W + B @ A,  # the alpha / r scale forgotten
             lambda W, A, B, alpha, r: W + (r / alpha) * B @ A,  # the scale upside down
             lambda W, A, B, alpha, r: W + (alpha / r) * A.T @ B.T,  # the product turned round
+            lambda W, A, B, alpha, r: W + (alpha // r) * B @ A,  # integer division
         ],
         False,
     ),

@@ -150,6 +150,17 @@ def test_exercise_3_check_fails_on_the_placeholder_and_a_wrong_answer_and_passes
         np.zeros((len(ws), 2)),
     )
     assert check_embed_and_project(noise, minilm, words) is False
+    # the right vectors, but a map that is not made from them: random points, two raw dims
+    scatter = lambda model, ws: (
+        model.encode(ws, normalize_embeddings=True),
+        np.random.default_rng(0).normal(size=(len(ws), 2)),
+    )
+    assert check_embed_and_project(scatter, minilm, words) is False
+    assert "neighbours" in said(capsys)
+    two_dims = lambda model, ws: (lambda v: (v, v[:, :2]))(
+        model.encode(ws, normalize_embeddings=True)
+    )
+    assert check_embed_and_project(two_dims, minilm, words) is False
     assert check_embed_and_project(solution.embed_and_project, minilm, words) is True
 
 

@@ -97,7 +97,8 @@ def test_contributing_says_which_chapter_writes_each_library_file():
     said = {f: (int(n), [int(c) for c in re.findall(r"\d+", later)]) for f, n, later in rows}
     want = library_owners()
     table = "\n".join(
-        f"| `{f}` | {n} | {', '.join(map(str, c)) or '–'} | ..." for f, (n, c) in sorted(want.items())
+        f"| `{f}` | {n} | {', '.join(map(str, c)) or '–'} | ..."
+        for f, (n, c) in sorted(want.items())
     )
     assert said == want, f"CONTRIBUTING.md's table of qwen/ files should read:\n{table}"
 

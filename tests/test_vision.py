@@ -47,7 +47,7 @@ TOL = 1e-4  # max relative difference, fp32
 
 
 def photo():
-    """Grace Hopper, US Navy photograph (public domain), shipped with matplotlib: 512 wide, 600 tall."""
+    """Grace Hopper, US Navy photograph (public domain), from matplotlib: 512 wide, 600 tall."""
     from matplotlib import cbook
 
     return Image.open(cbook.get_sample_data("grace_hopper.jpg")).convert("RGB")
