@@ -74,7 +74,7 @@ def parse_args(argv):
                         "int4: 4-bit weights in groups of 32 (chapter 16)")
     p.add_argument("--image", type=Path, action="append", metavar="PATH",
                    help="an image to talk about (PNG, JPEG, ...; repeat for more): it goes with "
-                        "the first question (chapter 27)")
+                        "the first question (chapter 26)")
     p.add_argument("--think", action="store_true",
                    help="start with thinking on (toggle with /think)")
     p.add_argument("--system", help="a system prompt")

@@ -52,7 +52,7 @@ with contextlib.redirect_stdout(log):
             str(ROOT / "tests" / "test_train.py"),  # the loss and the gradients (chapters 17, 18)
             # LoRA's merged checkpoint, loaded by transformers (chapter 20)
             f"{ROOT / 'tests' / 'test_lora.py'}::test_the_merged_checkpoint_loads_in_transformers",
-            str(ROOT / "tests" / "test_vision.py"),  # the vision tower and images (chapters 24-27)
+            str(ROOT / "tests" / "test_vision.py"),  # the vision tower and images (chapters 23-26)
         ]
     )
 if rc != 0:

@@ -383,7 +383,7 @@ def test_a_mistyped_qwen_model_is_an_error_not_a_fallback(tmp_path, tiny_model):
     )
 
 
-# ---------------------------------------------------------------------------- --image (chapter 27)
+# ---------------------------------------------------------------------------- --image (chapter 26)
 def photo_file(dest):
     from matplotlib import cbook
 
