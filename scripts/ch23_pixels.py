@@ -212,4 +212,4 @@ def draw(t):
     return fig
 
 
-save_figure("ch23_patches", draw)
+save_figure("ch23_photo_patches", draw)

@@ -2,6 +2,7 @@
 and `mkdocs build --strict` (notebooks executed) is clean with the language switcher landing on the
 twin page."""
 
+import html
 import json
 import re
 from pathlib import Path
@@ -114,6 +115,25 @@ def _html(site, lang, page):
     stem = page.rsplit(".", 1)[0]
     folder = site / ("en" if lang == "en" else "") / ("" if stem == "index" else stem)
     return (folder / "index.html").read_text()
+
+
+MATH_LEFT = re.compile(r".{0,30}(?:\$[\\(a-zA-Z]|\\(?:alpha|beta|frac|times|sum)\b|_\{).{0,30}")
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_no_formula_is_left_as_raw_tex(site, lang):
+    """A formula that arithmatex did not take (a space before the closing $, as in `$a = $ 3`)
+    reaches the reader as TeX source: none may be left in a page's text."""
+    left = []
+    for page in PAGES:
+        if not page.endswith(".md"):
+            continue
+        text = _html(site, lang, page)
+        text = re.sub(r"<(pre|code|script|style)\b[^>]*>.*?</\1>", "", text, flags=re.S)
+        text = re.sub(r'<(span|div) class="arithmatex">.*?</\1>', "", text, flags=re.S)
+        text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        left += [f"{page}: {m.group(0)!r}" for m in MATH_LEFT.finditer(text)]
+    assert not left, "TeX shown as text (close each formula right after it):\n" + "\n".join(left)
 
 
 @pytest.mark.parametrize("page", PAGES)
