@@ -3,7 +3,9 @@ equal to transformers (Qwen2VLImageProcessorPil, Qwen3_5VisionModel, get_rope_in
 Qwen3_5ForConditionalGeneration), and every bad image refused with one clear line."""
 
 import json
+import os
 import random
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -592,3 +594,22 @@ def test_the_tiny_model_answers_about_an_image(tmp_path):
     with torch.no_grad():
         out = list(generate(vlm.WithImages(model, images), ids, max_new_tokens=5, temperature=0))
     assert len(out) == 5
+
+
+def test_bench_vision_smoke():
+    """scripts/bench_vision.py end to end on the tiny model's shapes: both dtypes of the tower and
+    of the image prompt's prefill are timed and reported, with the verdict; a smoke run is never
+    written to the book."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    run = [sys.executable, "scripts/bench_vision.py", "--smoke"]
+    proc = subprocess.run(run, cwd=root, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tower ms" in proc.stdout and "prefill ms" in proc.stdout
+    verdict = r"the faster prefill on this CPU at the largest size: (fp32|bf16)"
+    assert re.search(verdict, proc.stdout)
+    proc = subprocess.run(run + ["--write"], cwd=root, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "not written" in proc.stderr
