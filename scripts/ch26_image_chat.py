@@ -177,8 +177,14 @@ def draw(t):
     named = [(name, w * h / 1e6, cost(w, h)[3]) for name, w, h in SIZES]
     ax.scatter([m for _, m, _ in named], [n for *_, n in named], color="C1", zorder=3,
                label=t("表中的图", "the table's images"))
+    ZH = {"full HD": "全高清", "12 MP photo": "1200 万像素照片", "tall strip": "竖长条",
+          "wide banner": "横幅"}
+    # the tall strip and the wide banner cost almost the same: one label above, one below
+    nudge = {"tall strip": (-8, 6, "right"), "256 x 256": (6, 2, "left")}
     for name, m, n in named:
-        ax.annotate(name, (m, n), xytext=(4, -10), textcoords="offset points", fontsize=8)
+        dx, dy, ha = nudge.get(name, (4, -10, "left"))
+        ax.annotate(t(ZH.get(name, name), name), (m, n), xytext=(dx, dy),
+                    textcoords="offset points", fontsize=8, ha=ha)
     ax.axhline(ocfg.max_pixels // (ocfg.patch_size * ocfg.merge_size) ** 2, color="grey",
                linestyle=":", linewidth=1)
     ax.set_xscale("log")

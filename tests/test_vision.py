@@ -310,7 +310,8 @@ def test_vision_gradients_equal_transformers(tiny_pair):
         )
         assert all(p.grad is not None for p in ours.parameters())
         max_rel(
-            f"vision gradients, worst ({worst[0]})",
+            # the worst parameter's name depends on the CPU's kernels: its count is printed
+            f"vision gradients, worst of {len(theirs)} parameters",
             ours.get_parameter(worst[0]).grad,
             theirs[worst[0]].grad,
             TOL,
