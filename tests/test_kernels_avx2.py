@@ -8,8 +8,7 @@ from tests.test_kernels import check_passes
 
 
 def test_check_passes_with_avx2_kernels():
-    native = torch.backends.cpu.get_cpu_capability()
-    if native == "AVX2":
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
         pytest.skip(
             "this CPU's own kernels are AVX2's: tests/test_book.py::"
             "test_committed_outputs_are_current runs these scripts with them already"

@@ -63,9 +63,8 @@ def skip_if_same_code_as_zh(name, lang):
     notebooks, tests/test_notebooks.py)."""
     from tests.test_notebooks import code_of
 
-    def code(language):  # setup("en") is the edition's language, as lang="en" in a chapter's
-        text = path_of(name, language).read_text(encoding="utf-8")
-        return [c.replace(f'setup("{language}")', 'setup("zh")') for c in code_of(text, language)]
+    def code(language):
+        return code_of(path_of(name, language).read_text(encoding="utf-8"), language)
 
     if lang != "zh" and code(lang) == code("zh"):
         pytest.skip(

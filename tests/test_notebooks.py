@@ -60,7 +60,7 @@ def without_comments(source):
 
 def code_of(text, lang=None):
     """The code cells, without their comments; with lang, the edition's language argument (the
-    checks' messages) and the strings it prints read as zh."""
+    checks' messages, a lesson's setup) and the strings it prints read as zh."""
     cells = [
         without_comments(c.source)
         for c in nbformat.reads(text, as_version=4).cells
@@ -68,6 +68,7 @@ def code_of(text, lang=None):
     ]
     if lang:
         cells = [re.sub(rf'\blang="{lang}"', 'lang="zh"', c) for c in cells]
+        cells = [c.replace(f'setup("{lang}")', 'setup("zh")') for c in cells]  # a lesson's
         for key in ("download_else", "figure_book"):
             cells = [c.replace(notebooks.TEXT[lang][key], notebooks.TEXT["zh"][key]) for c in cells]
         cells = [re.sub(rf'_{lang}\.svg"', '_zh.svg"', c) for c in cells]  # the edition's figure
