@@ -229,3 +229,64 @@ def accept_or_resample(p, q, draft, generator=None):
     rest = (p - q).clamp(min=0)
     return int(torch.multinomial(rest / rest.sum(), 1, generator=generator)), False
 # --8<-- [end:sampling]
+
+
+# --8<-- [start:train]
+def new_mtp(cfg, seed=0):
+    """A head to train for a model of config `cfg`, from chapter 21's first values: matrices
+    normal with std 0.02, every 1 + w norm at scale 1."""
+    from qwen.pretrain import init_weights
+
+    mtp = init_weights(MTP(cfg), seed)
+    with torch.no_grad():
+        for m in mtp.modules():
+            if isinstance(m, RMSNorm):
+                m.weight.zero_()
+    return mtp.train()
+
+
+def mtp_loss(model, mtp, ids):
+    """The next-next-token loss on windows ids [B, T]: MTP row i reads the model's hidden state at
+    i and the embedding of token i + 1, and is scored on token i + 2 (T - 2 rows). The model, its
+    embedding table and its head are frozen: only the MTP head learns."""
+    with torch.no_grad():
+        _, h = forward_hidden(model, ids, None)
+        e = model.embed_tokens(ids[:, 1:-1])
+    cos, sin = model.rotary_emb(torch.arange(ids.shape[1] - 2, device=ids.device))
+    logits = model.lm_head(mtp(h[:, :-2], e, cos, sin))
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 2:].flatten())
+
+
+def train_mtp(model, mtp, train, steps, batch=16, length=128, lr=3e-3, seed=0):
+    """Chapter 21's loop for the head alone (AdamW, warm-up and cosine decay, clipping at 1) on
+    windows of the token ids `train`; the model does not change. Returns the losses."""
+    from qwen.optim import lr_at
+    from qwen.pretrain import Batches, Optimizer, clip_grad_norm
+
+    model.requires_grad_(False).eval()
+    batches, opt = Batches(train, batch, length, seed), Optimizer(mtp, lr)
+    losses = []
+    for step in range(steps):
+        ids = batches.next()
+        opt.set_lr(lr_at(step, steps, lr, max(1, steps // 20), 0.1))
+        loss = mtp_loss(model, mtp, ids)
+        loss.backward()
+        clip_grad_norm(opt.params, 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def mtp_accuracy(model, mtp, windows):
+    """(loss, share of rows whose top guess is the text's token i + 2) over windows [n, T]."""
+    was = mtp.training
+    mtp.eval()
+    loss = mtp_loss(model, mtp, windows).item()
+    _, h = forward_hidden(model, windows, None)
+    cos, sin = model.rotary_emb(torch.arange(windows.shape[1] - 2))
+    guess = model.lm_head(mtp(h[:, :-2], model.embed_tokens(windows[:, 1:-1]), cos, sin))
+    mtp.train(was)
+    return loss, (guess.argmax(-1) == windows[:, 2:]).float().mean().item()
+# --8<-- [end:train]
