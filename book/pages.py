@@ -88,6 +88,9 @@ MODEL_ZH = {
         "在这里从零训练的小型 Qwen3.5 结构模型"
     ),
     "the 0.8B shapes, random weights": "0.8B 的形状，随机权重",
+    "a small Qwen3.5-architecture model trained from scratch here, with an MTP head": (
+        "在这里从零训练的小型 Qwen3.5 结构模型，带一个 MTP 头"
+    ),
     "random weights: a small Qwen3.5, the 0.8B DeltaNet layer's shapes, the 0.8B model": (
         "随机权重：一个小型 Qwen3.5、0.8B 的 DeltaNet 层的形状、0.8B 模型"
     ),

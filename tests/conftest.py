@@ -103,6 +103,7 @@ SLOW = (
     "tests/test_train.py::test_bench_train_smoke",  # bench_train.py in a subprocess
     "tests/test_vision.py::test_bench_vision_smoke",  # bench_vision.py in a subprocess
     "tests/test_pretrain.py::test_the_smoke_run",  # pretrain.py --smoke in a subprocess (~15 s)
+    "tests/test_mtp.py::test_the_training_run_smoke",  # mtp_train.py --smoke in a subprocess
     "tests/test_fast.py::test_bench_times_llama_cpp",
     "tests/test_book.py::test_tiny_model_builds_byte_for_byte",
     "tests/test_book.py::test_tiny_model_is_the_books_whatever_kernels",  # a build in a subprocess

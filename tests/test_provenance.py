@@ -393,6 +393,28 @@ CLAIMS = [
         "14: once loaded, the mapped model runs about as fast as the clear one (a ratio near 1)",
         "bench_steps",
         lambda v: all(0.8 < v[f"mapped_load_{k}_x"] < 1.25 for k in ("prefill", "decode")),
+    ),  # chapter 22's trained head on chapter 21's model (mtp_train)
+    (
+        "22: the head is accepted in decoding more often than it guesses the text's token",
+        "mtp_train",
+        lambda v: v["acceptance"] > v["val_acc"],
+    ),
+    (
+        "22: speculation does not pay on the small model, on 1 thread or 2, and breaks even only "
+        "above the acceptance it reaches",
+        "mtp_train",
+        lambda v: v["speedup_1"] < 1 and v["speedup_2"] < 1 and v["breakeven_1"] > v["alpha"],
+    ),
+    (
+        "22: a 2-token step of the small model costs well over a 1-token step (over 1.3x), at the "
+        "0.8B shapes nearly the same (under 1.15x)",
+        "mtp_train",
+        lambda v: v["x_c2_keep_1"] > 1.3 and v["c_08b"] < 1.15,
+    ),
+    (
+        "22: one thread decodes the small model faster than two",
+        "mtp_train",
+        lambda v: v["greedy_tok_s_1"] > v["greedy_tok_s_2"],
     ),
 ]
 
