@@ -36,6 +36,22 @@ def _window_of_the_step(states, seen, n, width):  # the last columns, as after t
     return states[n - 1], seen[..., -width:]
 
 
+def _next_target(hidden, ids):  # the model's own target, the next token
+    return hidden[:, :-2], ids[:, 1:-1], ids[:, 1:-1]
+
+
+def _token_itself(hidden, ids):  # the embedding of token i, which the hidden state has read
+    return hidden[:, :-2], ids[:, :-2], ids[:, 2:]
+
+
+def _hidden_late(hidden, ids):  # the hidden state one place late
+    return hidden[:, 1:-1], ids[:, 1:-1], ids[:, 2:]
+
+
+def _one_row_too_many(hidden, ids):  # T - 1 rows: the last one has no target
+    return hidden[:, :-1], ids[:, 1:], ids[:, 1:]
+
+
 CASES = [
     (ex.check_ch22_accept, sol.accept, [_always_two, _second_row, _never_bonus]),
     (ex.check_ch22_keep, sol.keep_first, [_last_state, _window_one_early, _window_of_the_step]),
@@ -47,6 +63,11 @@ CASES = [
             lambda a, c1, c2, cm: (1 + a) * c2 / (c1 + cm),  # the ratio upside down
             lambda a, c1, c2, cm: 1 / (1 - a + 1e-9),  # a geometric series, no costs
         ],
+    ),
+    (
+        ex.check_ch22_rows,
+        sol.next_next,
+        [_next_target, _token_itself, _hidden_late, _one_row_too_many],
     ),
 ]
 
@@ -80,9 +101,16 @@ def test_the_hints_name_the_case_that_failed():
             (CASES[2][2][0], "the guess costs time too"),
             (CASES[2][2][1], "upside down"),
         ],
+        ex.check_ch22_rows: [
+            (_next_target, "the model's own target"),
+            (_token_itself, "token i itself"),
+            (_hidden_late, "one place late"),
+            (_one_row_too_many, "T - 2 rows"),
+        ],
     }
     for check, answers in said.items():
         for answer, words in answers:
             assert words in quiet(check, answer)[1], (check.__name__, words)
     assert "作废" in quiet(ex.check_ch22_accept, _always_two, lang="zh")[1]
     assert "错开了一列" in quiet(ex.check_ch22_keep, _window_one_early, lang="zh")[1]
+    assert "晚了一个位置" in quiet(ex.check_ch22_rows, _hidden_late, lang="zh")[1]

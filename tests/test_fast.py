@@ -597,7 +597,11 @@ def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
         set() if "w8a8" in steps else {"w8a8"}
     )
     assert len({s["matmuls"] for s in splits.values()}) == 1
-    assert all(0 < s["matmul_ms"] < s["step_ms"] for s in splits.values())
+    # both timed (one repeat each in this smoke run, beside the other worker: which is the larger
+    # is noise on the tiny model, so only that both were measured); the step makes more operator
+    # calls than it has products
+    assert all(s["matmul_ms"] > 0 and s["step_ms"] > 0 for s in splits.values())
+    assert all(s["calls"] > s["matmuls"] > 0 for s in splits.values())
     assert res["cpu"]["name"] and isinstance(res["cpu"]["flags"], list)
     assert any(line.startswith("in-place state") for line in r.stdout.splitlines())
 

@@ -1,11 +1,12 @@
 """Chapter 22's exercises: the greedy acceptance rule of a verify step, keeping the first n tokens
-of a step's DeltaNet states and conv window, the speed-up at an acceptance rate."""
+of a step's DeltaNet states and conv window, the speed-up at an acceptance rate, the rows of the
+next-next-token loss."""
 
 import torch
 
 from book.exercises import TODO, Unsolved, _close, _t, exercise  # noqa: F401
 
-__all__ = ["TODO", "check_ch22_accept", "check_ch22_keep", "check_ch22_speedup"]
+__all__ = ["TODO", "check_ch22_accept", "check_ch22_keep", "check_ch22_speedup", "check_ch22_rows"]
 
 
 def _tokens(got):
@@ -165,4 +166,70 @@ def check_ch22_speedup(speedup):
             + _t(f"：应为 {want:.4g}，得到 {got:.4g}", f": should be {want:.4g}, got {got:.4g}"),
             hint,
         ]
+    return []
+
+
+@exercise("22.4")
+def check_ch22_rows(next_next):
+    """next_next(hidden [B, T, d], ids [B, T]) -> (h, reads, targets): the hidden states the head's
+    rows read, the token ids whose embeddings they read, the ids they are scored on; T - 2 rows."""
+    gen = torch.Generator().manual_seed(224)
+    for B, T in ((1, 6), (2, 9), (3, 4)):
+        ids = torch.randint(0, 1000, (B, T), generator=gen)
+        # hidden state t of sequence b carries its position, so a slice can be read back
+        hidden = (torch.arange(T, dtype=torch.float32) + 100 * torch.arange(B)[:, None])[..., None]
+        hidden = hidden.expand(B, T, 4).clone()
+        got = next_next(hidden.clone(), ids.clone())
+        h, reads, targets = (torch.as_tensor(x) for x in got)
+        case = _t(f"{B} 个窗口、每个 {T} 个词元", f"{B} windows of {T} tokens")
+        rows = T - 2
+        if h.shape[:2] != (B, rows) or reads.shape != (B, rows) or targets.shape != (B, rows):
+            return [
+                case
+                + _t(
+                    f"：h、reads、targets 应为 [{B}, {rows}, …]、[{B}, {rows}]、[{B}, {rows}]，"
+                    f"得到 {list(h.shape)}、{list(reads.shape)}、{list(targets.shape)}",
+                    f": h, reads, targets should be [{B}, {rows}, …], [{B}, {rows}], "
+                    f"[{B}, {rows}]; got {list(h.shape)}, {list(reads.shape)}, "
+                    f"{list(targets.shape)}",
+                ),
+                _t(
+                    "窗口里最后两个位置后面没有第 i + 2 个词元：只有 T - 2 行",
+                    "the last two positions have no token i + 2 in the window: T - 2 rows",
+                ),
+            ]
+        if not torch.equal(targets, ids[:, 2:]):
+            if torch.equal(targets, ids[:, 1:-1]):
+                hint = _t(
+                    "这是模型自己的目标，下一个词元；头猜的是再下一个：第 i + 2 个",
+                    "that is the model's own target, the next token; the head guesses the one "
+                    "after: token i + 2",
+                )
+            else:
+                hint = _t("第 i 行按第 i + 2 个词元打分", "row i is scored on token i + 2")
+            return [case, hint]
+        if not torch.equal(reads, ids[:, 1:-1]):
+            if torch.equal(reads, ids[:, :-2]):
+                hint = _t(
+                    "这是第 i 个词元本身，隐藏状态已经读过它了；头读的是第 i + 1 个词元，"
+                    "也就是模型刚预测、现在已知的那个",
+                    "that is token i itself, which the hidden state has already read; the head "
+                    "reads token i + 1, the one the model just predicted and is now known",
+                )
+            else:
+                hint = _t(
+                    "第 i 行读第 i + 1 个词元的嵌入", "row i reads the embedding of token i + 1"
+                )
+            return [case, hint]
+        if not torch.equal(h, hidden[:, :-2]):
+            if h.shape == hidden[:, 1:-1].shape and torch.equal(h, hidden[:, 1:-1]):
+                hint = _t(
+                    "晚了一个位置：第 i 行读第 i 个位置的隐藏状态，模型在那里读了第 i 个词元、"
+                    "预测了第 i + 1 个",
+                    "one place late: row i reads the hidden state at position i, where the model "
+                    "read token i and predicted token i + 1",
+                )
+            else:
+                hint = _t("h 应为 hidden[:, :-2]", "h should be hidden[:, :-2]")
+            return [case, hint]
     return []

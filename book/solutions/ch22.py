@@ -25,3 +25,13 @@ def speedup(alpha, c1, c2, c_mtp):
     """相对贪心的速度 / speed against greedy: 1 + α tokens per c2 + c_mtp, against 1 per c1."""
     return (1 + alpha) * c1 / (c2 + c_mtp)
 # --8<-- [end:ch22_speedup]
+
+
+# --8<-- [start:ch22_rows]
+def next_next(hidden, ids):
+    """头的各行读什么、按什么打分 / what the head's rows read, and what they are scored on."""
+    h = hidden[:, :-2]          # row i: the model's hidden state at position i
+    reads = ids[:, 1:-1]        # and token i + 1, known once the model has predicted it
+    targets = ids[:, 2:]        # scored on token i + 2
+    return h, reads, targets
+# --8<-- [end:ch22_rows]
