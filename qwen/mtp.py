@@ -245,15 +245,20 @@ def new_mtp(cfg, seed=0):
     return mtp.train()
 
 
-def mtp_loss(model, mtp, ids):
-    """The next-next-token loss on windows ids [B, T]: MTP row i reads the model's hidden state at
-    i and the embedding of token i + 1, and is scored on token i + 2 (T - 2 rows). The model, its
-    embedding table and its head are frozen: only the MTP head learns."""
+def mtp_logits(model, mtp, ids):
+    """The head's guesses on windows ids [B, T]: MTP row i reads the model's hidden state at i and
+    the embedding of token i + 1, and guesses token i + 2 (T - 2 rows). The model, its embedding
+    table and its head are frozen: only the MTP head takes a gradient."""
     with torch.no_grad():
         _, h = forward_hidden(model, ids, None)
         e = model.embed_tokens(ids[:, 1:-1])
     cos, sin = model.rotary_emb(torch.arange(ids.shape[1] - 2, device=ids.device))
-    logits = model.lm_head(mtp(h[:, :-2], e, cos, sin))
+    return model.lm_head(mtp(h[:, :-2], e, cos, sin))
+
+
+def mtp_loss(model, mtp, ids, logits=None):
+    """The next-next-token loss: the guesses' cross-entropy against tokens i + 2."""
+    logits = mtp_logits(model, mtp, ids) if logits is None else logits
     return nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids[:, 2:].flatten())
 
 
@@ -283,10 +288,8 @@ def mtp_accuracy(model, mtp, windows):
     """(loss, share of rows whose top guess is the text's token i + 2) over windows [n, T]."""
     was = mtp.training
     mtp.eval()
-    loss = mtp_loss(model, mtp, windows).item()
-    _, h = forward_hidden(model, windows, None)
-    cos, sin = model.rotary_emb(torch.arange(windows.shape[1] - 2))
-    guess = model.lm_head(mtp(h[:, :-2], model.embed_tokens(windows[:, 1:-1]), cos, sin))
+    guess = mtp_logits(model, mtp, windows)                # one forward for both numbers
     mtp.train(was)
+    loss = mtp_loss(model, mtp, windows, guess).item()
     return loss, (guess.argmax(-1) == windows[:, 2:]).float().mean().item()
 # --8<-- [end:train]

@@ -12,7 +12,6 @@ docs/outputs/pretrain.json only where that choice and the kernels are the same (
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ from qwen import pretrain as pt  # noqa: E402
 from qwen.cache import KVCache  # noqa: E402
 from qwen.generate import generate  # noqa: E402
 from qwen.timing import rounds  # noqa: E402
-from scripts.pretrain import BOOK, SMOKE, data  # noqa: E402
+from scripts.pretrain import BOOK, SMOKE, data, weights_sha256  # noqa: E402
 
 HEAD = {
     "steps": 600,
@@ -58,13 +57,6 @@ HEAD_SMOKE = {
 MODEL = "a small Qwen3.5-architecture model trained from scratch here, with an MTP head"
 # the trained model and head, so that a second --write measures again without training again
 CACHE = ROOT / ".cache" / "mtp_train.pt"
-
-
-def digest(model):
-    d = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        d.update(k.encode() + v.float().numpy().tobytes())
-    return d.hexdigest()
 
 
 def train_both(s, h, log, cache=None):
@@ -133,7 +125,7 @@ def train_both(s, h, log, cache=None):
 
 def measure(s, h, log, cache=None):
     model, mtp, cfg, val, windows, trained = train_both(s, h, log, cache)
-    sha = digest(model)
+    sha = weights_sha256(model)
     book = json.loads((ROOT / "docs" / "outputs" / "pretrain.json").read_text())
     same = sha == book["results"]["runs"][0]["sha256"]
     ac = trained["autocast"]

@@ -82,6 +82,15 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def weights_sha256(model):
+    """The sha256 of a model's weights (names and fp32 values, in name order): equal runs, equal
+    digests."""
+    digest = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        digest.update(k.encode() + v.float().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def data(s):
     """Train/validation ids, a tokenizer trained on the training split (a slice when smoke)."""
     train_docs, val_docs = pt.split_documents(english_prose())
@@ -124,9 +133,6 @@ def run(s, label, all_attention, tok, train, val, log):
         shutil.rmtree(folder, ignore_errors=True)
     seconds = time.perf_counter() - start
     params = sum(p.numel() for p in model.parameters())
-    digest = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        digest.update(k.encode() + v.float().numpy().tobytes())
     for smp in h["samples"]:
         for kind in ("greedy", "t0.8"):
             smp[kind] = [tok.decode(ids) for ids in smp[kind]]
@@ -160,7 +166,7 @@ def run(s, label, all_attention, tok, train, val, log):
         "seconds": seconds,
         "tokens": tokens,
         "tok_s": tokens / seconds,
-        "sha256": digest.hexdigest(),
+        "sha256": weights_sha256(model),
     }
 
 
