@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from book import tiny
+from book import tiny, zygote
 from book.checkpoint import TINY, identify
 from book.compare import compare_figure, compare_text, compare_values, printed_number
 from qwen.weights import ModelNotFound, find_model
@@ -119,28 +119,37 @@ def _reference_model():
     )
 
 
-def run_script(name, model, timeout=TIMEOUT):
-    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or
-    raise RuntimeError."""
-    import torch
-
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{name}-{os.getpid()}-"))
-    env = {
+def script_env(**more):
+    """The environment every script runs in (one thread, offline, the repository importable), with
+    `more` (its output folder, its checkpoint)."""
+    return {
         **os.environ,
-        "BOOK_OUT": str(scratch),
-        "QWEN_MODEL": str(model.folder),
         "MPLBACKEND": "Agg",
         "OMP_NUM_THREADS": str(THREADS),
         "MKL_NUM_THREADS": str(THREADS),
         "PYTHONHASHSEED": "0",
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        **more,
     }
+
+
+def run_script(name, model, timeout=TIMEOUT, starter=None):
+    """Run one script in a scratch folder; return (files: {relative path: bytes}, provenance) or
+    raise RuntimeError. With `starter` (a book.zygote.Zygote started with script_env()) the script
+    runs in a forked copy of it, which has imported torch already; else in a fresh Python."""
+    import torch
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{name}-{os.getpid()}-"))
+    env = script_env(BOOK_OUT=str(scratch), QWEN_MODEL=str(model.folder))
     script = script_path(name)
     try:
         start = time.perf_counter()
         try:
-            proc = run_group([sys.executable, str(script)], timeout, cwd=ROOT, env=env)
+            if starter is not None:
+                proc = starter.run(script, env, timeout, ROOT, _started, _ended)
+            else:
+                proc = run_group([sys.executable, str(script)], timeout, cwd=ROOT, env=env)
         except subprocess.TimeoutExpired:
             raise RuntimeError(
                 f"{script.name} ran longer than {timeout:g} s and was stopped "
@@ -211,6 +220,16 @@ def kill_running():
             pass
 
 
+def _started(pid):
+    with _RUNNING_LOCK:
+        _RUNNING.add(pid)
+
+
+def _ended(pid):
+    with _RUNNING_LOCK:
+        _RUNNING.discard(pid)
+
+
 def run_group(cmd, timeout, **popen):
     """subprocess.run(cmd, capture_output=True, timeout=timeout), but the command runs in a process
     group of its own, which is killed whole when it ends, times out, or regen is stopped
@@ -226,13 +245,11 @@ def run_group(cmd, timeout, **popen):
             preexec_fn=_die_with_parent,
             **popen,
         )
-        with _RUNNING_LOCK:
-            _RUNNING.add(proc.pid)
+        _started(proc.pid)
         try:
             proc.wait(timeout=timeout)
         finally:
-            with _RUNNING_LOCK:
-                _RUNNING.discard(proc.pid)
+            _ended(proc.pid)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # the group: its children too
             except (ProcessLookupError, PermissionError):  # already gone
@@ -452,7 +469,7 @@ def last_seconds(name):
         return 0.0
 
 
-def _runs(names, model, timeout, jobs):
+def _runs(names, model, timeout, jobs, starter=None):
     """(name, run model, a function giving (files, provenance) or raising RuntimeError) in order;
     with jobs > 1 the scripts run that many at a time, each on THREADS threads, the longest started
     first, and are reported in order as they finish."""
@@ -462,13 +479,13 @@ def _runs(names, model, timeout, jobs):
     }
     if jobs == 1:
         for n in names:
-            yield n, models[n], lambda n=n: run_script(n, models[n], timeout)
+            yield n, models[n], lambda n=n: run_script(n, models[n], timeout, starter)
         return
     pool, futures = ThreadPoolExecutor(max_workers=min(jobs, len(names)) or 1), {}
     try:
         # the longest first (by their last recorded run), so that none starts last and runs alone
         for n in sorted(names, key=lambda n: -last_seconds(n)):
-            futures[n] = pool.submit(run_script, n, models[n], timeout)
+            futures[n] = pool.submit(run_script, n, models[n], timeout, starter)
         for n in names:
             yield n, models[n], futures[n].result
     finally:
@@ -478,9 +495,31 @@ def _runs(names, model, timeout, jobs):
         pool.shutdown(wait=True)
 
 
+def _starter(check):
+    """--check starts its scripts from a zygote (book/zygote.py: torch imported once, not 38 times);
+    a run that writes outputs starts a fresh Python per script, so that the seconds it records are
+    a reader's, imports included. None where fork is not available, or with BOOK_ZYGOTE=0."""
+    if not (check and zygote.available()) or os.environ.get("BOOK_ZYGOTE") == "0":
+        return None
+    try:
+        return zygote.Zygote(script_env(), cwd=ROOT)
+    except (OSError, RuntimeError) as e:
+        print(f"(no zygote: {e}; a fresh Python per script)", file=sys.stderr)
+        return None
+
+
 def _run_all(args, docs, names, model):
+    starter = _starter(args.check)
+    try:
+        return _check_or_write(args, docs, names, model, starter)
+    finally:
+        if starter is not None:
+            starter.close()
+
+
+def _check_or_write(args, docs, names, model, starter):
     found, failures, unverified = [], [], []
-    for name, run_model, result in _runs(names, model, args.timeout, args.jobs):
+    for name, run_model, result in _runs(names, model, args.timeout, args.jobs, starter):
         json_path = docs / "outputs" / f"{name}.json"
         txt_path = docs / "outputs" / f"{name}.txt"
         old = json.loads(json_path.read_text()) if json_path.is_file() else None

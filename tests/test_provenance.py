@@ -61,16 +61,38 @@ def visible(html):
     return re.sub(r"<[^>]+>", " ", html)
 
 
+def as_official(outputs, docs):
+    """Every output relabelled as made with the official weights."""
+    for path in outputs.glob("*.json"):
+        p = json.loads(path.read_text())
+        if p["model"] == "tiny test model":
+            p.update(model="Qwen/Qwen3.5-0.8B", official=True)
+            path.write_text(json.dumps(p))
+
+
+def inject(outputs, docs):
+    """Chapter 2's output and one of its values made of markup, a macro and a snippet line."""
+    (outputs / "ch02_embedding.txt").write_text(EVIL + "\n")
+    p = json.loads((outputs / "ch02_embedding.json").read_text())
+    p["values"]["evil"] = '<img src=x onerror=alert(1)> *bold* {{ runs("ch01_weights") }} `tick`'
+    (outputs / "ch02_embedding.json").write_text(json.dumps(p))
+    for lang in ("zh", "en"):
+        page = docs / lang / "02-embedding.md"
+        page.write_text(
+            page.read_text() + '\n\nEVIL-VALUE: {{ value("ch02_embedding", "evil") }} END\n'
+        )
+
+
 @pytest.fixture(scope="module")
 def official_site(tmp_path_factory):
-    def as_official(outputs, docs):
-        for path in outputs.glob("*.json"):
-            p = json.loads(path.read_text())
-            if p["model"] == "tiny test model":
-                p.update(model="Qwen/Qwen3.5-0.8B", official=True)
-                path.write_text(json.dumps(p))
+    """One build of a copy whose outputs are all relabelled official and whose chapter 2 output
+    and value are hostile text: the two tests below read the one site (a build is a minute)."""
 
-    return build_copy(tmp_path_factory.mktemp("official"), as_official)
+    def change(outputs, docs):
+        as_official(outputs, docs)
+        inject(outputs, docs)
+
+    return build_copy(tmp_path_factory.mktemp("official"), change)
 
 
 def tiny_blocks(page):
@@ -148,21 +170,10 @@ def test_with_tiny_outputs_pages_say_so(built_site):
             assert TINY_WORDS.search(visible(html)), path
 
 
-def test_outputs_and_values_render_as_text(tmp_path):
-    def inject(outputs, docs):
-        (outputs / "ch02_embedding.txt").write_text(EVIL + "\n")
-        p = json.loads((outputs / "ch02_embedding.json").read_text())
-        p["values"]["evil"] = (
-            '<img src=x onerror=alert(1)> *bold* {{ runs("ch01_weights") }} `tick`'
-        )
-        (outputs / "ch02_embedding.json").write_text(json.dumps(p))
-        for lang in ("zh", "en"):
-            page = docs / lang / "02-embedding.md"
-            page.write_text(
-                page.read_text() + '\n\nEVIL-VALUE: {{ value("ch02_embedding", "evil") }} END\n'
-            )
-
-    site = build_copy(tmp_path, inject)
+def test_outputs_and_values_render_as_text(official_site):
+    """A printed output and a value are shown as text: no tag, macro or snippet line in them
+    acts."""
+    site = official_site
     for html in (site / "02-embedding" / "index.html", site / "en" / "02-embedding" / "index.html"):
         text = html.read_text()
         assert "<script>alert('pwned')</script>" not in text and "<img src=x" not in text
