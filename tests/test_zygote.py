@@ -1,6 +1,5 @@
 """book/zygote.py: a forked copy runs a script as a fresh `python script.py` would."""
 
-import os
 import subprocess
 import sys
 import textwrap
