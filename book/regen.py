@@ -242,7 +242,7 @@ def run_group(cmd, timeout, **popen):
             stdout=out,
             stderr=err,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=zygote.die_with_parent,
             **popen,
         )
         _started(proc.pid)
@@ -260,16 +260,6 @@ def run_group(cmd, timeout, **popen):
         return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
-def _die_with_parent():
-    """In the child, before the script starts: ask Linux for SIGKILL when regen dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the group kill above remains
-        pass
-
-
 def sweep_scratch():
     """Remove the scratch folders of regen runs that were killed before they could clean up."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*-*"):
@@ -278,19 +268,9 @@ def sweep_scratch():
             pid.isdigit()
             and folder.is_dir()
             and folder.stat().st_uid == os.getuid()
-            and not _alive(int(pid))
+            and not zygote.alive(int(pid))
         ):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's: alive
-        pass
-    return True
 
 
 def provenance_bytes(p):

@@ -33,13 +33,13 @@ def available():
     return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
-def _die_with_parent():
-    """SIGKILL when the parent dies (Linux's PR_SET_PDEATHSIG)."""
+def die_with_parent():
+    """In a child, before it runs anything: ask Linux for SIGKILL when its parent dies."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-    except (OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the process-group kills remain
         pass
 
 
@@ -56,7 +56,7 @@ class Zygote:
             cwd=cwd,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         ready = self.proc.stdout.readline()
         if ready.strip() != "ready":
@@ -85,7 +85,7 @@ class Zygote:
                 on_start(pid)
             deadline = time.monotonic() + timeout
             try:
-                while _alive(pid):
+                while alive(pid):
                     if time.monotonic() > deadline:
                         raise subprocess.TimeoutExpired([script], timeout)
                     time.sleep(0.02)
@@ -113,12 +113,12 @@ class Zygote:
             self.proc.wait()
 
 
-def _alive(pid):
+def alive(pid):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # someone else's: alive
         pass
     return True
 
@@ -164,7 +164,7 @@ def _child(request):
     try:
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # as in a fresh Python: subprocess needs it
-        _die_with_parent()
+        die_with_parent()
         for fd, path, flags in (
             (0, os.devnull, os.O_RDONLY),
             (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),

@@ -89,10 +89,10 @@ def test_a_timeout_kills_the_script_and_what_it_started(z, tmp_path):
     assert time.monotonic() - start < 10
     child = int(pidfile.read_text())
     for _ in range(100):  # killed with its group; gone once its parent (init) has reaped it
-        if not zygote._alive(child) or _zombie(child):
+        if not zygote.alive(child) or _zombie(child):
             break
         time.sleep(0.05)
-    assert not zygote._alive(child) or _zombie(child)
+    assert not zygote.alive(child) or _zombie(child)
 
 
 def _zombie(pid):
