@@ -115,18 +115,19 @@ SLOW = (
 # that the short ones fill in around them (--no-loadscope-reorder: else xdist starts the files
 # with the most tests first, and a long file with one test can start last and run alone).
 LONGEST_FIRST = (  # seconds each took in a full run on 2 cores (AMD EPYC, AVX2; both workers busy)
-    "tests/test_browser.py",  # 839
-    "tests/test_book.py",  # 693 (regen --check of every script: 555)
-    "tests/test_kernels.py",  # 358
-    "tests/test_notebooks.py",  # 233
+    "tests/test_book.py",  # 559 (regen --check of every script: 426)
+    "tests/test_kernels.py",  # 221
+    "tests/test_mtp.py",  # 174
     "tests/test_kernels_avx2.py",  # 171 (skipped where the CPU's own kernels are AVX2's)
-    "tests/test_lessons.py",  # 210 (before the English twins' solved runs were skipped)
-    "tests/test_regen.py",  # 181 (before its SSE --check moved into test_kernels.py)
-    "tests/test_provenance.py",  # 145
-    "tests/test_fast.py",  # 136
-    "tests/test_mtp.py",  # 88
-    "tests/test_main.py",  # 62
+    "tests/test_notebooks.py",  # 168
+    "tests/test_regen.py",  # 158
+    "tests/test_browser_zh.py",  # 100 alone (both editions in one file, before: 538)
+    "tests/test_browser_en.py",  # 100 alone
+    "tests/test_fast.py",  # 145
+    "tests/test_lessons.py",  # 92
+    "tests/test_main.py",  # 75
     "tests/test_bad_input.py",  # 47
+    "tests/test_provenance.py",  # 46
     "tests/test_vision.py",  # 29
     "tests/test_pretrain.py",  # 24
     "tests/test_train.py",  # 23
