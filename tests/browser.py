@@ -36,7 +36,6 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("BOOK_ARTIFACTS", ROOT / "test-artifacts" / "browser"))
 IN_CI = bool(os.environ.get("CI") or os.environ.get("BOOK_CI"))  # CI sets CI; .ci/run sets BOOK_CI
-EDITIONS = ("zh", "en")
 PHONE, DESKTOP = 390, 1280
 
 # Words a reader types, in the forms they take. Material searches each word as a prefix (cache*), so
