@@ -418,8 +418,9 @@ class Sweep:
             self.browser.quit()
             raise
 
-    def viewport(self, width):
-        """The viewport of a phone (390 px, mobile) or of a desktop window (1280 px)."""
+    def viewport(self, width, settle=True):
+        """The viewport of a phone (390 px, mobile) or of a desktop window (1280 px); with settle,
+        waits until the open page has been laid out again at that width."""
         if width != self.width:
             self.browser.execute_cdp_cmd(
                 "Emulation.setDeviceMetricsOverride",
@@ -431,8 +432,9 @@ class Sweep:
                 },
             )
             self.width = width
-            self.browser.set_script_timeout(30)
-            self.browser.execute_async_script(SETTLED)
+            if settle:
+                self.browser.set_script_timeout(30)
+                self.browser.execute_async_script(SETTLED)
 
     def palette(self, scheme):
         """Switch the open page to "slate" (dark) or "default" (light); returns the scheme shown."""
@@ -447,7 +449,7 @@ class Sweep:
         ]
 
     def measure(self, path, dark):
-        self.viewport(DESKTOP)
+        self.viewport(DESKTOP, settle=False)  # the page about to be left is not measured again
         load(self.browser, self.url + path)
         desktop = self.browser.execute_script(MEASURE)
         desktop["errors"] = self.errors()

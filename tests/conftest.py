@@ -161,3 +161,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(slow)
     rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+
+
+# The parity report (tests/parity_report.py, run by `book.regen --check` in test_book.py) runs these
+# tests to record what they measure: where that check runs, they run there, once, and not again as
+# themselves (a failure among them fails the check and shows pytest's report).
+PARITY_REPORT_RUNS = (
+    "tests/test_parity.py",
+    "tests/test_train.py",  # the loss and the gradients (chapters 17, 18)
+    # LoRA's merged checkpoint, loaded by transformers (chapter 20)
+    "tests/test_lora.py::test_the_merged_checkpoint_loads_in_transformers",
+    "tests/test_vision.py",  # the vision tower and images (chapters 23-26)
+)
+REGEN_CHECK = "tests/test_book.py::test_committed_outputs_are_current"
+
+
+class RunParityTestsOnce:
+    @pytest.hookimpl(trylast=True)  # after -m and -k have deselected what they do
+    def pytest_collection_modifyitems(self, config, items):
+        if not any(item.nodeid == REGEN_CHECK for item in items):
+            return
+        again = [item for item in items if item.nodeid.startswith(PARITY_REPORT_RUNS)]
+        if again:
+            config.hook.pytest_deselected(items=again)
+            items[:] = [item for item in items if item not in again]
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(RunParityTestsOnce(), "run-parity-tests-once")

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from book.out import record, record_error  # noqa: E402
 from tests import reference  # noqa: E402
+from tests.conftest import PARITY_REPORT_RUNS  # noqa: E402
 
 
 def key(test, name):
@@ -48,11 +49,7 @@ with contextlib.redirect_stdout(log):
             "no:cacheprovider",
             "-p",
             "no:randomly",
-            str(ROOT / "tests" / "test_parity.py"),
-            str(ROOT / "tests" / "test_train.py"),  # the loss and the gradients (chapters 17, 18)
-            # LoRA's merged checkpoint, loaded by transformers (chapter 20)
-            f"{ROOT / 'tests' / 'test_lora.py'}::test_the_merged_checkpoint_loads_in_transformers",
-            str(ROOT / "tests" / "test_vision.py"),  # the vision tower and images (chapters 23-26)
+            *(str(ROOT / test) for test in PARITY_REPORT_RUNS),
         ]
     )
 if rc != 0:
