@@ -22,6 +22,7 @@ TEXT = {
     "zh": {
         "runs_title": "本章运行",
         "runs": "`{script}`，实测 {seconds} 秒（{model}，{device}，torch {torch}）",
+        "kernels": "{isa} 内核",
         "tiny": "微型测试模型",
         "output_title": "输出",
         "tiny_figure": "微型测试模型的随机权重画出的图，不代表 Qwen3.5-0.8B",
@@ -40,6 +41,7 @@ TEXT = {
     "en": {
         "runs_title": "What this chapter runs",
         "runs": "`{script}`, measured {seconds} s ({model}, {device}, torch {torch})",
+        "kernels": "{isa} kernels",
         "tiny": "tiny test model",
         "output_title": "Output",
         "tiny_figure": "drawn from the tiny test model's random weights, not Qwen3.5-0.8B",
@@ -105,11 +107,26 @@ def model_label(p, lang):
     return MODEL_ZH.get(p["model"], p["model"]) if lang == "zh" else p["model"]
 
 
+# ATen's CPU capabilities (book/regen.py records the one a run's values came from), as a reader
+# knows the instruction sets; "DEFAULT" is its scalar loops, which the libraries ran with SSE4
+ISA = {"DEFAULT": "SSE4", "AVX2": "AVX2", "AVX512": "AVX-512"}
+
+
+def device_label(p, lang):
+    """The run's device, with the kernels its values came from where the provenance records them:
+    cpu (x86_64, 1 thread, AVX2 kernels)."""
+    kernels = p.get("kernels")
+    if not kernels or not p["device"].endswith(")"):
+        return p["device"]
+    isa = ISA.get(kernels["aten"], kernels["aten"])
+    return f"{p['device'][:-1]}, {TEXT[lang]['kernels'].format(isa=isa)})"
+
+
 def _fmt(p, lang):
     return {
         "script": p["script"],
         "seconds": p["seconds"],
-        "device": p["device"],
+        "device": device_label(p, lang),
         "torch": p["torch"],
         "dtype": p["dtype"],
         "sha": p["weights_sha256"][:12],

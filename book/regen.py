@@ -8,11 +8,18 @@ without writing.
     python -m book.regen --retime        # also refresh the measured times (which a plain run keeps)
     python -m book.regen --timeout 120   # stop a script that runs longer (seconds; default 600)
     python -m book.regen --check --jobs 2  # two scripts at a time (--check's default: one per core)
+    python -m book.regen --kernels avx2 ch17_loss  # with AVX2's kernels on a CPU that has more
 
 What counts as a difference is written in book/compare.py: words, labels and numbers to their
 printed precision, figures by their texts and plotted data, never the last bits of a float, so
 `--check` passes on any CPU. A run whose outputs are the same by that measure keeps the committed
 files byte for byte.
+
+Each written output records the kernels its values came from (ATen's CPU capability, the caps on
+oneDNN and MKL): `--kernels avx2` or `--kernels default` runs the scripts with an older CPU's
+kernels on this one (KERNELS), and a written run with them rewrites the outputs that were made with
+other kernels, so that the record stays true; a run that only checks, or keeps the committed files
+because they are the same, never relabels them.
 
 The files of one script (its text, provenance, figures) are replaced together: they are staged
 beside their targets and a journal lists the renames; an interrupted run leaves the journal, and the
@@ -24,6 +31,7 @@ overwritten by a tiny-model run.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -63,6 +71,20 @@ CONFIG = ROOT / "book" / "data" / "qwen3.5-0.8b" / "config.json"
 JOURNAL = ".regen-journal-{}.json"  # in docs/outputs while a script's files are being replaced
 TEMP_SUFFIX = ".regen-tmp"
 MACHINE_FIELDS = ("seconds", "device", "torch", "python")  # describe the run, not the result
+# the CPU kinds a reader may have, run on a CPU that has more: ATen's own loops, oneDNN and MKL
+# capped to what that CPU has ("default": ATen's scalar loops, SSE4 in the libraries)
+KERNELS = {
+    "default": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+    },
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+}
 
 
 def chapter_scripts(names=()):
@@ -132,6 +154,63 @@ def script_env(**more):
         "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         **more,
     }
+
+
+_KERNELS_SEEN = {}
+
+
+def kernels_in_force():
+    """The kernels a script here computes with, as its provenance records them: ATen's CPU
+    capability as a fresh torch in script_env() reports it, and the caps on oneDNN and MKL (None:
+    the CPU's own)."""
+    caps = tuple(os.environ.get(k) for k in KERNELS["avx2"])
+    if caps not in _KERNELS_SEEN:
+        code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=script_env(), capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"could not start torch to ask its kernels:\n{proc.stderr[-2000:]}")
+        _KERNELS_SEEN[caps] = {
+            "aten": proc.stdout.split()[-1],
+            "onednn": caps[1],
+            "mkl": caps[2],
+        }
+    return dict(_KERNELS_SEEN[caps])
+
+
+def kernels_of(name):
+    """The kernels KERNELS[name] gives, as a provenance records them."""
+    caps = KERNELS[name]
+    return {
+        "aten": caps["ATEN_CPU_CAPABILITY"].upper(),
+        "onednn": caps["ONEDNN_MAX_CPU_ISA"],
+        "mkl": caps["MKL_ENABLE_INSTRUCTIONS"],
+    }
+
+
+@contextlib.contextmanager
+def using_kernels(name):
+    """Within: this process's scripts run with KERNELS[name] (none: as they were); a SystemExit that
+    says so where this CPU cannot (ATen would quietly fall back to other kernels)."""
+    saved = {k: os.environ.get(k) for k in KERNELS["avx2"]}
+    try:
+        if name:
+            os.environ.update(KERNELS[name])
+            got, want = kernels_in_force()["aten"], kernels_of(name)["aten"]
+            if got != want:
+                raise SystemExit(
+                    f"--kernels {name}: this CPU's torch runs {got} kernels, not {want} (it lacks "
+                    f"the instructions): leave --kernels out, or choose "
+                    + " or ".join(k for k in KERNELS if k != name)
+                )
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_script(name, model, timeout=TIMEOUT, starter=None):
@@ -284,7 +363,8 @@ def differences(old, old_text, new, new_text):
         return ["no committed output"]
     diffs = []
     for key in sorted(
-        (set(old) | set(new)) - {"values", "figure_data", "error_bounds", *MACHINE_FIELDS}
+        (set(old) | set(new))
+        - {"values", "figure_data", "error_bounds", "kernels", *MACHINE_FIELDS}
     ):
         if old.get(key) != new.get(key):
             diffs.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
@@ -390,7 +470,19 @@ def main(argv=None):
         help="run N scripts at a time, each on one thread (default: one per core with --check, "
         "else 1; a measured time is recorded only with 1)",
     )
+    ap.add_argument(
+        "--kernels",
+        choices=sorted(KERNELS),
+        help="run the scripts with an older CPU's kernels (ATen's, oneDNN's and MKL's capped to "
+        "AVX2 or to ATen's scalar loops and SSE4); writing, rewrite the outputs that were made "
+        "with other kernels",
+    )
     args = ap.parse_args(argv)
+    with using_kernels(args.kernels):
+        return _main(args, ap)
+
+
+def _main(args, ap):
     if args.jobs is None:
         args.jobs = available_cores() if args.check else 1
     if args.retime and args.jobs > 1:
@@ -537,19 +629,24 @@ def _check_or_write(args, docs, names, model, starter):
             if len(real) > 12:
                 print(f"      … and {len(real) - 12} more")
             continue
-        if not diffs and not missing and not args.retime:
+        kernels = kernels_in_force()
+        # with --kernels, values made with other kernels are made again with these: the record
+        # says what the committed values came from
+        relabel = bool(args.kernels) and old is not None and old.get("kernels") != kernels
+        if not diffs and not missing and not args.retime and not relabel:
             print(f"same  {name} ({prov['seconds']} s)")
             continue
-        if not diffs and not missing:  # --retime: the committed files, this run's time
+        if not diffs and not missing and not relabel:  # --retime: the committed files, this time
             kept = {**old, **{k: prov[k] for k in MACHINE_FIELDS}}
             replace_set(docs, name, {f"outputs/{name}.json": provenance_bytes(kept)})
             print(f"timed {name} ({prov['seconds']} s)")
             continue
-        files[f"outputs/{name}.json"] = provenance_bytes(prov)
+        files[f"outputs/{name}.json"] = provenance_bytes({**prov, "kernels": kernels})
         replace_set(docs, name, files, stale)
+        why = diffs[0] if diffs else "figures were missing" if missing else None
         print(
             f"wrote {name} ({prov['seconds']} s): "
-            + (diffs[0] if diffs else "figures were missing")
+            + (why or f"made again with {kernels['aten']} kernels (--kernels {args.kernels})")
             + (f" (+{len(diffs) - 1} more differences)" if len(diffs) > 1 else "")
         )
     if unverified:

@@ -551,24 +551,46 @@ def test_bench_write_never_puts_a_smoke_run_in_the_book(tmp_path):
     assert {p: p.read_bytes() for p in (ROOT / "docs" / "outputs").glob("bench_*")} == before
 
 
+def fake_llama_bench(tmp_path):
+    """A stand-in llama-bench that reports 100 tok/s for prompts and 10 for generation and logs the
+    arguments it got: (its path, the log)."""
+    fake = tmp_path / "llama-bench"
+    log = tmp_path / "calls.txt"
+    fake.write_text(f"""#!{sys.executable}
+import json, sys
+a = sys.argv[1:]
+if a == ["--version"]:
+    sys.exit(print("version: 0 (a stand-in)"))
+open({str(log)!r}, "a").write(" ".join(a) + "\\n")
+p, n, d = (int(a[a.index(f) + 1]) for f in ("-p", "-n", "-d"))
+print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if p else 10.0}}]))
+""")
+    fake.chmod(0o755)
+    return fake, log
+
+
 def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
+    """One smoke run of the whole bench on the tiny model, transformers and llama.cpp (a stand-in
+    llama-bench, through its JSON) taking their turns in the interleaved order."""
+    fake, log = fake_llama_bench(tmp_path)
+    gguf = tmp_path / "m-q8_0.gguf"
+    gguf.write_bytes(b"GGUF")
     out = tmp_path / "bench.json"
+    args = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench.py"),
+        "--tiny",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--llama-bench",
+        str(fake),
+        "--json",
+        str(out),
+    ]
     r = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench.py"),
-            "--tiny",
-            "--repeats",
-            "1",
-            "--threads",
-            "1",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
+        args + ["--gguf", f"q8_0={gguf}"], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "decode after" in r.stdout and "bounds: decode bf16" in r.stdout
@@ -604,6 +626,24 @@ def test_bench_smoke_prints_the_table_and_valid_json(tmp_path):
     assert all(s["calls"] > s["matmuls"] > 0 for s in splits.values())
     assert res["cpu"]["name"] and isinstance(res["cpu"]["flags"], list)
     assert any(line.startswith("in-place state") for line in r.stdout.splitlines())
+    # llama.cpp: the stand-in's figures where its turns are, its arguments, its version
+    first = next(iter(res["decode"]))
+    assert round(res["decode"][first]["llama.cpp q8_0"]["tok_s"], 6) == 10.0
+    assert round(res["prefill"][next(iter(res["prefill"]))]["llama.cpp q8_0"]["tok_s"], 6) == 100.0
+    assert any(line.startswith("llama.cpp q8_0") for line in r.stdout.splitlines())
+    assert res["llama_cpp"] == "version: 0 (a stand-in)"
+    ref = res["steps_reference"]["llama.cpp q8_0"]  # next to the steps, timed with the clear model
+    assert (round(ref["prefill_tok_s"], 6), round(ref["decode_tok_s"], 6)) == (100.0, 10.0)
+    calls = log.read_text().splitlines()
+    assert f"-d {first}" in " ".join(calls) and all("-t 1" in c and "-r 1" in c for c in calls)
+    r = subprocess.run(
+        args + ["--gguf", f"q8_0={tmp_path / 'absent.gguf'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert r.returncode != 0 and "absent.gguf: no such file" in r.stderr
 
 
 def _bench():
@@ -672,60 +712,3 @@ def test_bench_figure_plots_the_lengths_read_back_from_json_as_numbers():
     assert [round(y, 1) for y in hf.get_ydata()] == [
         100.0
     ] and hf.get_label() == "transformers (bf16)"
-
-
-def test_bench_times_llama_cpp_in_turn_and_names_a_missing_gguf(tmp_path):
-    """llama.cpp takes its turn in the interleaved order through llama-bench's JSON; here a stand-in
-    llama-bench that reports 100 tok/s for prompts and 10 for generation, with the arguments it
-    got."""
-    fake = tmp_path / "llama-bench"
-    log = tmp_path / "calls.txt"
-    fake.write_text(f"""#!{sys.executable}
-import json, sys
-a = sys.argv[1:]
-if a == ["--version"]:
-    sys.exit(print("version: 0 (a stand-in)"))
-open({str(log)!r}, "a").write(" ".join(a) + "\\n")
-p, n, d = (int(a[a.index(f) + 1]) for f in ("-p", "-n", "-d"))
-print(json.dumps([{{"n_prompt": p, "n_gen": n, "n_depth": d, "avg_ts": 100.0 if p else 10.0}}]))
-""")
-    fake.chmod(0o755)
-    gguf = tmp_path / "m-q8_0.gguf"
-    gguf.write_bytes(b"GGUF")
-    out = tmp_path / "bench.json"
-    args = [
-        sys.executable,
-        str(ROOT / "scripts" / "bench.py"),
-        "--tiny",
-        "--repeats",
-        "1",
-        "--threads",
-        "1",
-        "--no-transformers",
-        "--llama-bench",
-        str(fake),
-        "--json",
-        str(out),
-    ]
-    r = subprocess.run(
-        args + ["--gguf", f"q8_0={gguf}"], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(out.read_text())
-    first = next(iter(res["decode"]))
-    assert round(res["decode"][first]["llama.cpp q8_0"]["tok_s"], 6) == 10.0
-    assert round(res["prefill"][next(iter(res["prefill"]))]["llama.cpp q8_0"]["tok_s"], 6) == 100.0
-    assert any(line.startswith("llama.cpp q8_0") for line in r.stdout.splitlines())
-    assert res["llama_cpp"] == "version: 0 (a stand-in)"
-    ref = res["steps_reference"]["llama.cpp q8_0"]  # next to the steps, timed with the clear model
-    assert (round(ref["prefill_tok_s"], 6), round(ref["decode_tok_s"], 6)) == (100.0, 10.0)
-    calls = log.read_text().splitlines()
-    assert f"-d {first}" in " ".join(calls) and all("-t 1" in c and "-r 1" in c for c in calls)
-    r = subprocess.run(
-        args + ["--gguf", f"q8_0={tmp_path / 'absent.gguf'}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert r.returncode != 0 and "absent.gguf: no such file" in r.stderr

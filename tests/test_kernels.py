@@ -1,27 +1,18 @@
 """The outputs whose values go through bf16 or int8 kernels pass `regen --check` with another
-CPU's kernels: ATen's loops and oneDNN capped to what an older CPU has. The native kernels'
-`--check` is tests/test_book.py::test_committed_outputs_are_current. Slow: every script runs at
-that CPU's speed."""
+CPU's kernels: ATen's loops and oneDNN capped to what an older CPU has (book.regen.KERNELS). The
+native kernels' `--check` is tests/test_book.py::test_committed_outputs_are_current. Slow: every
+script runs at that CPU's speed."""
 
-import os
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+from book.regen import KERNELS
+
 ROOT = Path(__file__).resolve().parent.parent
 
-KERNEL_LIMITS = {  # the CPU kinds a reader may have, on this one: ATen's loops and oneDNN capped
-    "default": {
-        "ATEN_CPU_CAPABILITY": "default",
-        "ONEDNN_MAX_CPU_ISA": "SSE41",
-        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
-    },
-    "avx2": {
-        "ATEN_CPU_CAPABILITY": "avx2",
-        "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-    },
-}  # the machine's own kernels: tests/test_book.py::test_committed_outputs_are_current
+KERNEL_LIMITS = KERNELS  # the CPU kinds a reader may have, on this one
 KERNEL_SCRIPTS = [
     "ch03_norm",
     "ch04_rope",  # figures whose SVGs move in the last bits (tests/test_regen.py)
@@ -36,16 +27,21 @@ KERNEL_SCRIPTS = [
 ]  # bf16, int8 and argmax values
 
 
-def check_passes(limit):
-    """`regen --check` of the kernel-dependent scripts with the kernels of KERNEL_LIMITS[limit]."""
+def recorded_kernels(name):
+    """The kernels the committed output of `name` was made with (None: not recorded)."""
+    return json.loads((ROOT / "docs" / "outputs" / f"{name}.json").read_text()).get("kernels")
+
+
+def check_passes(limit, scripts=KERNEL_SCRIPTS):
+    """`regen --check` of the kernel-dependent scripts with the kernels of KERNELS[limit]."""
     proc = subprocess.run(
-        [sys.executable, "-m", "book.regen", "--check", *KERNEL_SCRIPTS],
+        [sys.executable, "-m", "book.regen", "--check", "--kernels", limit, *scripts],
         cwd=ROOT,
-        env={**os.environ, **KERNEL_LIMITS[limit]},
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("\nsame  ") == len(scripts), proc.stdout
 
 
 def test_check_passes_with_limited_kernels():

@@ -1,7 +1,9 @@
 """Regeneration that passes on any CPU, fails on a real change, and cannot leave a mess."""
 
+import copy
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -100,15 +102,24 @@ def test_a_kernel_dependent_value_is_held_to_its_tolerance_not_its_digits():
 # so that the full tier's workers can run them beside the rest)
 
 
-def test_check_fails_on_a_one_unit_change_to_an_exact_number(tmp_path, monkeypatch, capsys):
+def committed_and_run(docs, name):
+    """(committed provenance, committed text, one run's provenance, its text) of a script, for
+    regen.differences, which `--check` reports: one run compared with several edits."""
+    files, prov = regen.run_script(name, regen.choose_model())
+    old = json.loads((docs / "outputs" / f"{name}.json").read_text())
+    old_text = (docs / "outputs" / f"{name}.txt").read_text()
+    return old, old_text, prov, files[f"outputs/{name}.txt"].decode()
+
+
+def test_check_fails_on_a_one_unit_change_to_an_exact_number(tmp_path, monkeypatch):
     """752,393,024 parameters is config arithmetic: 752,393,025 is another model."""
     docs = _copy_outputs(tmp_path, monkeypatch, ["ch13_measuring"])
-    assert regen.main(["--check", "ch13_measuring"]) == 0
-    txt = docs / "outputs" / "ch13_measuring.txt"
-    txt.write_text(txt.read_text().replace("752,393,024", "752,393,025", 1))
-    capsys.readouterr()
-    assert regen.main(["--check", "ch13_measuring"]) == 1
-    assert "752,393,025" in capsys.readouterr().out
+    old, old_text, new, new_text = committed_and_run(docs, "ch13_measuring")
+    assert regen.differences(old, old_text, new, new_text) == []
+    edited = old_text.replace("752,393,024", "752,393,025", 1)
+    assert edited != old_text
+    diffs = regen.differences(old, edited, new, new_text)
+    assert diffs and "752,393,025" in " ".join(diffs)
 
 
 # ------------------------------------------------------------------------------------ on the real
@@ -162,27 +173,29 @@ def _copy_outputs(tmp_path, monkeypatch, names):
 
 def test_check_fails_on_a_small_real_change(tmp_path, monkeypatch, capsys):
     docs = _copy_outputs(tmp_path, monkeypatch, ["ch04_rope"])
-    assert regen.main(["--check", "ch04_rope"]) == 0
-    prov_path = docs / "outputs" / "ch04_rope.json"
-    original = prov_path.read_text()
-    prov = json.loads(original)
-    series = prov["figure_data"]["ch04_rope_frequencies"]["data"][1][0]  # the right panel's curve
+    old, old_text, new, new_text = committed_and_run(docs, "ch04_rope")
+    assert regen.differences(old, old_text, new, new_text) == []
+
+    def differs(prov=old, text=old_text):
+        return " ".join(regen.differences(prov, text, new, new_text))
+
+    moved = copy.deepcopy(old)
+    series = moved["figure_data"]["ch04_rope_frequencies"]["data"][1][0]  # the right panel's curve
     span = max(series) - min(series)
     series[len(series) // 2] += 0.01 * span  # one point moved by 1% of the span
-    prov_path.write_text(json.dumps(prov))
-    capsys.readouterr()
-    assert regen.main(["--check", "ch04_rope"]) == 1
-    assert "figure ch04_rope_frequencies" in capsys.readouterr().out
-    prov_path.write_text(
-        original.replace('"One query dotted with itself', '"A query dotted with itself')
+    assert "figure ch04_rope_frequencies" in differs(moved)
+    retitled = json.loads(
+        json.dumps(old).replace('"One query dotted with itself', '"A query dotted with itself')
     )
-    assert regen.main(["--check", "ch04_rope"]) == 1
-    assert "title" in capsys.readouterr().out
-    prov_path.write_text(original)
+    assert retitled != old and "title" in differs(retitled)
+    # and --check itself: it fails, names the difference, and writes nothing
     txt = docs / "outputs" / "ch04_rope.txt"
     txt.write_text(txt.read_text().replace("6.3 tokens", "6.5 tokens"))
+    edited = txt.read_bytes()
+    capsys.readouterr()
     assert regen.main(["--check", "ch04_rope"]) == 1
     assert "6.5 tokens" in capsys.readouterr().out
+    assert txt.read_bytes() == edited
 
 
 # ------------------------------------------------------------------------------------ no mess
@@ -236,6 +249,71 @@ def test_an_interrupted_replacement_is_all_or_nothing(tmp_path, monkeypatch, cap
     for lang, title in (("zh", "第2"), ("en", "run 2")):  # both editions from the same run
         assert figure["texts"][lang]["axes"][0]["title"][1] == title
     assert regen.main(["--check"]) == 0
+
+
+def test_an_output_records_its_kernels_and_only_a_run_with_others_relabels_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A written output says which kernels its values came from; `--kernels avx2` makes again the
+    outputs made with others (the same by --check's measure, or not), and a plain run or a
+    --retime that keeps the files keeps their record: it describes the values kept."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("this CPU has no AVX2: --kernels avx2 cannot run here")
+    docs = _fake_repo(tmp_path, monkeypatch, {"ch98_k": "print('the same on every CPU')\n"})
+    prov_path, env = docs / "outputs" / "ch98_k.json", dict(os.environ)
+
+    def kernels():
+        return json.loads(prov_path.read_text())["kernels"]
+
+    assert regen.main(["ch98_k"]) == 0
+    assert kernels() == regen.kernels_in_force()
+    assert kernels()["aten"] == torch.backends.cpu.get_cpu_capability()
+    capsys.readouterr()
+    assert regen.main(["--kernels", "avx2", "ch98_k"]) == 0
+    assert "made again with AVX2 kernels" in capsys.readouterr().out
+    avx2 = {"aten": "AVX2", "onednn": "AVX2", "mkl": "AVX2"}
+    assert kernels() == regen.kernels_of("avx2") == avx2
+    assert dict(os.environ) == env  # the caps were this run's only
+    before = prov_path.read_bytes()
+    assert regen.main(["ch98_k"]) == 0  # the same with this CPU's own kernels: kept as it is
+    assert prov_path.read_bytes() == before
+    assert regen.main(["--kernels", "avx2", "ch98_k"]) == 0  # made with these already: kept
+    assert prov_path.read_bytes() == before
+    assert regen.main(["--retime", "ch98_k"]) == 0  # a new time, the values' record unchanged
+    assert kernels() == regen.kernels_of("avx2")
+    assert regen.main(["--check", "--kernels", "default", "ch98_k"]) == 0  # a check writes nothing
+    assert kernels() == regen.kernels_of("avx2")
+    # the page names them
+    from book.pages import device_label
+
+    prov = json.loads(prov_path.read_text())
+    assert device_label(prov, "en") == "cpu (x86_64, 1 thread, AVX2 kernels)".replace(
+        "x86_64", platform.machine()
+    )
+    assert device_label(prov, "zh").endswith(", AVX2 内核)")
+    assert device_label({**prov, "kernels": None}, "en") == prov["device"]
+
+
+def test_kernels_the_cpu_lacks_are_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """ATen quietly runs what the CPU has: --kernels says so rather than record kernels it did not
+    run."""
+    _fake_repo(tmp_path, monkeypatch, {"ch98_k": "print(1)\n"})
+    monkeypatch.setattr(regen, "_KERNELS_SEEN", {})
+    monkeypatch.setattr(
+        regen.subprocess,
+        "run",
+        lambda *a, **k: subprocess.CompletedProcess(a, 0, "DEFAULT\n", ""),
+    )
+    env = dict(os.environ)
+    with pytest.raises(SystemExit, match="runs DEFAULT kernels, not AVX2"):
+        regen.main(["--kernels", "avx2", "ch98_k"])
+    assert dict(os.environ) == env
+    assert not (tmp_path / "docs" / "outputs").exists()
+    with pytest.raises(SystemExit):
+        regen.main(["--kernels", "avx9"])
+    assert "invalid choice: 'avx9'" in capsys.readouterr().err
 
 
 def test_a_script_that_hangs_is_stopped_and_named(tmp_path, monkeypatch, capsys):
