@@ -16,7 +16,7 @@ import pytest
 
 from book import regen, tiny
 from book.compare import compare_figure, compare_text, same_number
-from tests.test_kernels import KERNEL_LIMITS, KERNEL_SCRIPTS
+from tests.test_kernels import KERNEL_LIMITS, sse_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 # Another machine's kernels, on this one: no AVX in ATen's own loops, MKL and oneDNN on SSE only.
@@ -154,7 +154,7 @@ def test_check_passes_with_another_cpus_kernels_and_those_kernels_really_differ(
     )
     # `--check` of these scripts with the same kernels: tests/test_kernels.py, in the same run as
     # the other kernel-dependent scripts (one run of each script with SSE's kernels, not two)
-    assert set(FIGURE_SCRIPTS) <= set(KERNEL_SCRIPTS)
+    assert set(FIGURE_SCRIPTS) <= set(sse_scripts())
 
 
 def _copy_outputs(tmp_path, monkeypatch, names):
