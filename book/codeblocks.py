@@ -24,7 +24,7 @@ import markdown
 from pymdownx.snippets import SnippetExtension
 
 from book import tiny
-from book.regen import available_cores
+from book.cores import available_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(\s*```+)(python|bash|sh)\b[^\n`]*$")

@@ -50,6 +50,7 @@ from pathlib import Path
 from book import tiny, zygote
 from book.checkpoint import TINY, identify
 from book.compare import compare_figure, compare_text, compare_values, printed_number
+from book.cores import available_cores
 from qwen.weights import ModelNotFound, find_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -513,13 +514,6 @@ def _main(args, ap):
             file=sys.stderr,
         )
         return 130
-
-
-def available_cores():
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def jobs_count(text):

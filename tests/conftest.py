@@ -4,18 +4,16 @@ import os
 
 import pytest
 
+from book.cores import available_cores
+
 
 def worker_threads():
     """Threads for one pytest-xdist worker's torch (and what it starts): the cores shared out among
     the workers, at least one. `make test-all` runs one worker per core; torch's default (a thread
     per core in every worker) has more threads than cores, and an OpenMP team whose thread is
     waiting for a core spins at its barrier: a test that takes 20 s alone then takes minutes."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    return max(1, cores // max(1, workers))
+    return max(1, available_cores() // max(1, workers))
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # before torch is imported: it reads these once

@@ -22,8 +22,8 @@ from IPython.display import SVG
 from nbclient import NotebookClient
 
 from book import notebooks, pages, tiny
+from book.cores import available_cores
 from book.notebooks import NOTEBOOKS, ROOT
-from book.regen import available_cores
 
 PAGES = notebooks.chapter_pages()
 RUN_SCRIPT = re.compile(r"%%bash\npython scripts/ch\d\d_\w+\.py")
