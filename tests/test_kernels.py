@@ -29,8 +29,8 @@ KERNEL_SCRIPTS = [
 ]  # bf16, int8 and argmax values
 # fp32 only, and long: between kernel families their values move only as sums taken in another
 # order do, as they move between this CPU's kernels and AVX2's, with which they are made
-# (CONTRIBUTING.md) and which test_book's --check compares (ch20's losses by 2-5%); under SSE's
-# kernels they would take another 87 s of the full tier
+# (CONTRIBUTING.md) and which test_book's --check compares (ch20's held-out losses by 3-5% on an
+# AVX-512 CPU); under SSE's kernels they would take another 87 s of the full tier
 FP32_ONLY_LONG = ("ch18_gradients", "ch20_lora")
 
 
