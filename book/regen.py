@@ -74,6 +74,7 @@ TEMP_SUFFIX = ".regen-tmp"
 MACHINE_FIELDS = ("seconds", "device", "torch", "python")  # describe the run, not the result
 # the CPU kinds a reader may have, run on a CPU that has more: ATen's own loops, oneDNN and MKL
 # capped to what that CPU has ("default": ATen's scalar loops, SSE4 in the libraries)
+KERNEL_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 KERNELS = {
     "default": {
         "ATEN_CPU_CAPABILITY": "default",
@@ -164,7 +165,7 @@ def kernels_in_force():
     """The kernels a script here computes with, as its provenance records them: ATen's CPU
     capability as a fresh torch in script_env() reports it, and the caps on oneDNN and MKL (None:
     the CPU's own)."""
-    caps = tuple(os.environ.get(k) for k in KERNELS["avx2"])
+    caps = tuple(os.environ.get(k) for k in KERNEL_VARS)
     if caps not in _KERNELS_SEEN:
         code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
         proc = subprocess.run(
@@ -172,29 +173,25 @@ def kernels_in_force():
         )
         if proc.returncode != 0:
             raise RuntimeError(f"could not start torch to ask its kernels:\n{proc.stderr[-2000:]}")
-        _KERNELS_SEEN[caps] = {
-            "aten": proc.stdout.split()[-1],
-            "onednn": caps[1],
-            "mkl": caps[2],
-        }
+        _KERNELS_SEEN[caps] = _kernels_record(proc.stdout.split()[-1], *caps[1:])
     return dict(_KERNELS_SEEN[caps])
 
 
 def kernels_of(name):
     """The kernels KERNELS[name] gives, as a provenance records them."""
-    caps = KERNELS[name]
-    return {
-        "aten": caps["ATEN_CPU_CAPABILITY"].upper(),
-        "onednn": caps["ONEDNN_MAX_CPU_ISA"],
-        "mkl": caps["MKL_ENABLE_INSTRUCTIONS"],
-    }
+    aten, onednn, mkl = (KERNELS[name][k] for k in KERNEL_VARS)
+    return _kernels_record(aten.upper(), onednn, mkl)
+
+
+def _kernels_record(aten, onednn, mkl):
+    return {"aten": aten, "onednn": onednn, "mkl": mkl}
 
 
 @contextlib.contextmanager
 def using_kernels(name):
     """Within: this process's scripts run with KERNELS[name] (none: as they were); a SystemExit that
     says so where this CPU cannot (ATen would quietly fall back to other kernels)."""
-    saved = {k: os.environ.get(k) for k in KERNELS["avx2"]}
+    saved = {k: os.environ.get(k) for k in KERNEL_VARS}
     try:
         if name:
             os.environ.update(KERNELS[name])
@@ -623,10 +620,11 @@ def _check_or_write(args, docs, names, model, starter):
             if len(real) > 12:
                 print(f"      … and {len(real) - 12} more")
             continue
-        kernels = kernels_in_force()
         # with --kernels, values made with other kernels are made again with these: the record
-        # says what the committed values came from
-        relabel = bool(args.kernels) and old is not None and old.get("kernels") != kernels
+        # says what the committed values came from (asked only where it is needed: a torch start)
+        relabel = (
+            bool(args.kernels) and old is not None and old.get("kernels") != kernels_in_force()
+        )
         if not diffs and not missing and not args.retime and not relabel:
             print(f"same  {name} ({prov['seconds']} s)")
             continue
@@ -635,6 +633,7 @@ def _check_or_write(args, docs, names, model, starter):
             replace_set(docs, name, {f"outputs/{name}.json": provenance_bytes(kept)})
             print(f"timed {name} ({prov['seconds']} s)")
             continue
+        kernels = kernels_in_force()
         files[f"outputs/{name}.json"] = provenance_bytes({**prov, "kernels": kernels})
         replace_set(docs, name, files, stale)
         why = diffs[0] if diffs else "figures were missing" if missing else None

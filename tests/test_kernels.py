@@ -3,18 +3,16 @@ CPU's kernels: ATen's loops and oneDNN capped to what an older CPU has (book.reg
 native kernels' `--check` is tests/test_book.py::test_committed_outputs_are_current. Slow: every
 script runs at that CPU's speed."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from book.regen import KERNELS
+from book.pages import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 
-KERNEL_LIMITS = KERNELS  # the CPU kinds a reader may have, on this one
 KERNEL_SCRIPTS = [
     "ch03_norm",
     "ch04_rope",  # figures whose SVGs move in the last bits (tests/test_regen.py)
@@ -36,11 +34,11 @@ FP32_ONLY_LONG = ("ch18_gradients", "ch20_lora")
 
 def recorded_kernels(name):
     """The kernels the committed output of `name` was made with (None: not recorded)."""
-    return json.loads((ROOT / "docs" / "outputs" / f"{name}.json").read_text()).get("kernels")
+    return provenance(name).get("kernels")
 
 
 def check_passes(limit, scripts=KERNEL_SCRIPTS):
-    """`regen --check` of the kernel-dependent scripts with the kernels of KERNELS[limit]."""
+    """`regen --check` of the kernel-dependent scripts with book.regen.KERNELS[limit]."""
     proc = subprocess.run(
         [sys.executable, "-m", "book.regen", "--check", "--kernels", limit, *scripts],
         cwd=ROOT,

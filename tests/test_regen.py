@@ -16,11 +16,11 @@ import pytest
 
 from book import regen, tiny
 from book.compare import compare_figure, compare_text, same_number
-from tests.test_kernels import KERNEL_LIMITS, sse_scripts
+from tests.test_kernels import sse_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 # Another machine's kernels, on this one: no AVX in ATen's own loops, MKL and oneDNN on SSE only.
-OTHER_KERNELS = KERNEL_LIMITS["default"]  # SSE's kernels, as tests/test_kernels.py caps them
+OTHER_KERNELS = regen.KERNELS["default"]  # SSE's kernels, as tests/test_kernels.py caps them
 FIGURE_SCRIPTS = [
     "ch04_rope",
     "ch07_chunked",
